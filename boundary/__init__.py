@@ -1,0 +1,70 @@
+"""tool-boundary's core: preflight, the canonical store, lifecycle, limits, safe errors.
+
+No Celery here; ``tasks`` wires this to Celery.
+"""
+
+from boundary.core import ToolBoundary
+from boundary.dispatch import Dispatcher, InProcessDispatcher
+from boundary.errors import (
+    BoundaryError,
+    ConfigurationError,
+    DispatchError,
+    ErrorCode,
+    StoreError,
+    StoreUnavailable,
+    ToolTimeout,
+)
+from boundary.limits import Limits, canonical_json, utf8_size
+from boundary.models import (
+    CanonicalKey,
+    CanonicalRecord,
+    EvidenceStatus,
+    InvocationStatus,
+    ObservedFact,
+    ObservedFacts,
+    Projection,
+    RunContext,
+    Submission,
+    ToolCallEnvelope,
+    ToolOutcome,
+)
+from boundary.progress import RunProgressProjector
+from boundary.registry import Projector, ToolRegistry, ToolSpec, load_registry
+from boundary.steps import execute_step, project_step
+from boundary.store import CanonicalStore, RedisCanonicalStore
+
+__all__ = [
+    "BoundaryError",
+    "CanonicalKey",
+    "CanonicalRecord",
+    "CanonicalStore",
+    "ConfigurationError",
+    "DispatchError",
+    "Dispatcher",
+    "ErrorCode",
+    "EvidenceStatus",
+    "InProcessDispatcher",
+    "InvocationStatus",
+    "Limits",
+    "ObservedFact",
+    "ObservedFacts",
+    "Projection",
+    "Projector",
+    "RedisCanonicalStore",
+    "RunContext",
+    "RunProgressProjector",
+    "StoreError",
+    "StoreUnavailable",
+    "Submission",
+    "ToolBoundary",
+    "ToolCallEnvelope",
+    "ToolOutcome",
+    "ToolRegistry",
+    "ToolSpec",
+    "ToolTimeout",
+    "canonical_json",
+    "execute_step",
+    "load_registry",
+    "project_step",
+    "utf8_size",
+]

@@ -1,0 +1,187 @@
+"""``ToolBoundary``: the one door every tool call of an agent passes."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from pydantic import ValidationError
+
+from boundary.dispatch import Dispatcher
+from boundary.errors import ErrorCode, StoreError
+from boundary.models import (
+    CanonicalKey,
+    ObservedFacts,
+    RunContext,
+    Submission,
+    ToolCallEnvelope,
+    ToolOutcome,
+    is_safe_id,
+)
+from boundary.preflight import Rejected, preflight
+from boundary.progress import RunProgressProjector
+from boundary.registry import ToolRegistry
+from boundary.steps import outcome_from_record
+from boundary.store.base import CanonicalStore, CreateStatus
+
+logger = logging.getLogger(__name__)
+
+#: How long a call of a run without a deadline may stay PROJECTING before the reaper may
+#: seal it, in seconds (queue wait included).
+DEFAULT_MAX_PENDING_S = 3600.0
+#: Extra time past a call's deadline before the reaper seals it WORKER_LOST, in seconds.
+DEFAULT_REAP_GRACE_S = 60.0
+
+
+class ToolBoundary:
+    """Preflight, create, dispatch, wait, observe.
+
+    Args:
+        store: where each call's canonical record lives.
+        registry: the tools that may be called.
+        dispatcher: how accepted calls reach execution, and their outcomes come back.
+        run_projector: turns a run's progress into observed facts; defaults to the store's
+            limits.
+        max_pending_s: for runs without a deadline, how long a call may stay PROJECTING.
+        reap_grace_s: grace past a call's deadline before the reaper may seal it.
+        clock: epoch seconds; injectable for tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: CanonicalStore,
+        registry: ToolRegistry,
+        dispatcher: Dispatcher,
+        run_projector: RunProgressProjector | None = None,
+        max_pending_s: float = DEFAULT_MAX_PENDING_S,
+        reap_grace_s: float = DEFAULT_REAP_GRACE_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.dispatcher = dispatcher
+        self.run_projector = run_projector or RunProgressProjector(
+            max_facts=store.limits.max_facts, max_facts_bytes=store.limits.max_facts_bytes
+        )
+        self.max_pending_s = max_pending_s
+        self.reap_grace_s = reap_grace_s
+        self._clock = clock
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self._clock(), tz=UTC)
+
+    def submit(self, envelope: ToolCallEnvelope, run: RunContext) -> Submission:
+        """Preflight, create the PROJECTING record, dispatch. Never raises for bad input."""
+        now = self._now()
+        checked = preflight(envelope, run, self.registry, self.store.limits, now)
+        if isinstance(checked, Rejected):
+            return self._rejected(envelope, None, checked.code)
+        key = checked.key
+        deadline = run.deadline
+        reap_at = (deadline or now + timedelta(seconds=self.max_pending_s)) + timedelta(
+            seconds=self.reap_grace_s
+        )
+        try:
+            created = self.store.create(
+                key,
+                tool_name=checked.spec.name,
+                request=checked.request,
+                deadline=deadline,
+                reap_at=reap_at,
+                max_run_calls=run.max_tool_calls,
+                max_tool_calls=run.max_calls_per_tool.get(checked.spec.name),
+            )
+        except StoreError:
+            return self._rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
+        if created.status is not CreateStatus.CREATED:
+            code = created.status.error_code
+            assert code is not None
+            return self._rejected(envelope, key, code)
+        try:
+            self.dispatcher.dispatch(key)
+        except Exception:
+            # Broker down, or anything else: the call will never run, so it must not stay
+            # PROJECTING. The exception's text is dropped (it may hold a broker URL).
+            logger.warning("dispatch of %s failed; sealing DISPATCH_FAILED", key.identity)
+            return self._dispatch_failed(key)
+        return Submission(key=key, accepted=True)
+
+    def _rejected(
+        self, envelope: ToolCallEnvelope, key: CanonicalKey | None, code: ErrorCode
+    ) -> Submission:
+        call_id = envelope.tool_call_id if is_safe_id(envelope.tool_call_id) else None
+        return Submission(key=key, accepted=False, outcome=ToolOutcome.error(call_id, code))
+
+    def _dispatch_failed(self, key: CanonicalKey) -> Submission:
+        try:
+            self.store.seal_error(key, ErrorCode.DISPATCH_FAILED)
+            record = self.store.get(key)
+        except StoreError:
+            record = None
+        # If something sealed it first (an in-process step that ran before failing), the
+        # record decides; else the call ended DISPATCH_FAILED.
+        outcome = (record and outcome_from_record(record)) or ToolOutcome.error(
+            key.tool_call_id, ErrorCode.DISPATCH_FAILED
+        )
+        return Submission(key=key, accepted=False, outcome=outcome)
+
+    def outcome(self, run_id: str, tool_call_id: str, timeout: float | None = None) -> ToolOutcome:
+        """The outcome of an accepted call, waiting up to ``timeout`` seconds for it.
+
+        Returns RECORD_NOT_FOUND at once for an unknown or expired call.
+
+        Raises:
+            TimeoutError: the call is still PROJECTING after ``timeout``.
+        """
+        try:
+            key = CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
+        except ValidationError:
+            return ToolOutcome.error(None, ErrorCode.RECORD_NOT_FOUND)
+        try:
+            record = self.store.get(key)
+        except StoreError:
+            return ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+        if record is None:
+            return ToolOutcome.error(tool_call_id, ErrorCode.RECORD_NOT_FOUND)
+        done = outcome_from_record(record)
+        if done is not None:
+            return done
+        waited = self.dispatcher.wait(key, timeout)
+        if waited is not None:
+            try:
+                return ToolOutcome.model_validate(waited)
+            except ValidationError:
+                pass  # not an outcome we wrote: the record decides
+        try:
+            record = self.store.get(key)
+        except StoreError:
+            return ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+        if record is None:
+            return ToolOutcome.error(tool_call_id, ErrorCode.RECORD_NOT_FOUND)
+        done = outcome_from_record(record)
+        if done is None:
+            raise TimeoutError(f"call {tool_call_id} is still running")
+        return done
+
+    def invoke(
+        self, envelope: ToolCallEnvelope, run: RunContext, timeout: float | None = None
+    ) -> ToolOutcome:
+        """``submit`` then ``outcome``: always returns an outcome (or raises TimeoutError)."""
+        submission = self.submit(envelope, run)
+        if submission.outcome is not None:
+            return submission.outcome
+        assert submission.key is not None
+        return self.outcome(submission.key.run_id, submission.key.tool_call_id, timeout)
+
+    def observe(self, run: RunContext | str) -> ObservedFacts:
+        """The run's READY calls as bounded observed facts, in acceptance order.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        run_id = run if isinstance(run, str) else run.run_id
+        entries = self.store.progress(run_id)
+        return self.run_projector.project(run_id, entries, now=self._clock())

@@ -1,0 +1,145 @@
+"""Stable error codes (the only error text an agent ever sees) and the exception tree.
+
+Exceptions carry context in attributes, never in a message that someone must parse, and
+their messages never hold payloads, keys, URLs or driver text.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Every error an agent-facing value may carry."""
+
+    # Preflight: no record is written and the tool is not run.
+    INVALID_TOOL_CALL_ID = "INVALID_TOOL_CALL_ID"
+    RUN_ID_MISMATCH = "RUN_ID_MISMATCH"
+    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    NOT_READ_ONLY = "NOT_READ_ONLY"
+    RUN_INACTIVE = "RUN_INACTIVE"
+    RUN_DEADLINE_EXCEEDED = "RUN_DEADLINE_EXCEEDED"
+    DUPLICATE_TOOL_CALL = "DUPLICATE_TOOL_CALL"
+    TOOL_BUDGET_EXHAUSTED = "TOOL_BUDGET_EXHAUSTED"
+    RUN_BUDGET_EXHAUSTED = "RUN_BUDGET_EXHAUSTED"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    # After the record exists: the record is sealed ERROR with one of these.
+    TOOL_EXECUTION_FAILED = "TOOL_EXECUTION_FAILED"
+    TOOL_TIMEOUT = "TOOL_TIMEOUT"
+    RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
+    SERIALIZATION_FAILED = "SERIALIZATION_FAILED"
+    PROJECTION_FAILED = "PROJECTION_FAILED"
+    INVALID_EVIDENCE_STATUS = "INVALID_EVIDENCE_STATUS"
+    DISPATCH_FAILED = "DISPATCH_FAILED"
+    WORKER_LOST = "WORKER_LOST"
+    # Lookups.
+    RECORD_NOT_FOUND = "RECORD_NOT_FOUND"
+
+    @property
+    def message(self) -> str:
+        """A fixed human sentence for the code: safe to show to an agent."""
+        return ERROR_MESSAGES[self]
+
+
+#: One fixed sentence per code. Never formatted with runtime values.
+ERROR_MESSAGES: dict[ErrorCode, str] = {
+    ErrorCode.INVALID_TOOL_CALL_ID: "The tool call id is missing or not a safe identifier.",
+    ErrorCode.RUN_ID_MISMATCH: "The call belongs to a different run than the current one.",
+    ErrorCode.INVALID_ARGUMENTS: "The arguments are not a strict JSON object.",
+    ErrorCode.REQUEST_TOO_LARGE: "The arguments exceed the request size limit.",
+    ErrorCode.UNKNOWN_TOOL: "No tool with this name is registered.",
+    ErrorCode.UNAUTHORIZED: "This run is not authorized to use the tool.",
+    ErrorCode.NOT_READ_ONLY: "The tool is not read-only and may not be called.",
+    ErrorCode.RUN_INACTIVE: "The run is not active.",
+    ErrorCode.RUN_DEADLINE_EXCEEDED: "The run's deadline has passed.",
+    ErrorCode.DUPLICATE_TOOL_CALL: "A call with this id was already made in this run.",
+    ErrorCode.TOOL_BUDGET_EXHAUSTED: "The run has used all calls allowed for this tool.",
+    ErrorCode.RUN_BUDGET_EXHAUSTED: "The run has used all tool calls it is allowed.",
+    ErrorCode.STORE_UNAVAILABLE: "The invocation store is unavailable; try again later.",
+    ErrorCode.TOOL_EXECUTION_FAILED: "The tool failed while running.",
+    ErrorCode.TOOL_TIMEOUT: "The tool did not finish within its time limit.",
+    ErrorCode.RESULT_TOO_LARGE: "The tool's result exceeds the size limit.",
+    ErrorCode.SERIALIZATION_FAILED: "The tool's result could not be serialized as JSON.",
+    ErrorCode.PROJECTION_FAILED: "The tool's result could not be projected.",
+    ErrorCode.INVALID_EVIDENCE_STATUS: "The projection returned an invalid evidence status.",
+    ErrorCode.DISPATCH_FAILED: "The call could not be handed to a worker.",
+    ErrorCode.WORKER_LOST: "The worker running the call was lost.",
+    ErrorCode.RECORD_NOT_FOUND: "No such call is known, or its record has expired.",
+}
+
+#: Codes a preflight (or the create step) may return; no record exists for these calls.
+PREFLIGHT_CODES: frozenset[ErrorCode] = frozenset(
+    {
+        ErrorCode.INVALID_TOOL_CALL_ID,
+        ErrorCode.RUN_ID_MISMATCH,
+        ErrorCode.INVALID_ARGUMENTS,
+        ErrorCode.REQUEST_TOO_LARGE,
+        ErrorCode.UNKNOWN_TOOL,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.NOT_READ_ONLY,
+        ErrorCode.RUN_INACTIVE,
+        ErrorCode.RUN_DEADLINE_EXCEEDED,
+        ErrorCode.DUPLICATE_TOOL_CALL,
+        ErrorCode.TOOL_BUDGET_EXHAUSTED,
+        ErrorCode.RUN_BUDGET_EXHAUSTED,
+        ErrorCode.STORE_UNAVAILABLE,
+    }
+)
+
+#: Codes a sealed ERROR record may carry.
+SEAL_CODES: frozenset[ErrorCode] = frozenset(
+    {
+        ErrorCode.TOOL_EXECUTION_FAILED,
+        ErrorCode.TOOL_TIMEOUT,
+        ErrorCode.RESULT_TOO_LARGE,
+        ErrorCode.SERIALIZATION_FAILED,
+        ErrorCode.PROJECTION_FAILED,
+        ErrorCode.INVALID_EVIDENCE_STATUS,
+        ErrorCode.DISPATCH_FAILED,
+        ErrorCode.WORKER_LOST,
+        ErrorCode.RUN_DEADLINE_EXCEEDED,
+        ErrorCode.STORE_UNAVAILABLE,
+    }
+)
+
+
+class BoundaryError(Exception):
+    """Root of every exception raised by tool-boundary."""
+
+    #: The code an agent sees when this error ends a call.
+    code: ErrorCode = ErrorCode.STORE_UNAVAILABLE
+
+    def __init__(self, code: ErrorCode | None = None) -> None:
+        if code is not None:
+            self.code = code
+        # The message is the code itself: never driver text, keys or URLs.
+        super().__init__(self.code.value)
+
+
+class StoreError(BoundaryError):
+    """The store could not do what was asked (wraps every driver error)."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached or timed out."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+
+
+class DispatchError(BoundaryError):
+    """A call could not be handed to the execution backend."""
+
+    code = ErrorCode.DISPATCH_FAILED
+
+
+class ToolTimeout(BoundaryError):
+    """A tool ran past its time limit or its run's deadline."""
+
+    code = ErrorCode.TOOL_TIMEOUT
+
+
+class ConfigurationError(BoundaryError):
+    """The boundary was set up wrongly (a bad registry path, a bad setting)."""

@@ -1,0 +1,213 @@
+"""The public data model: frozen pydantic v2 models validated where data enters."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from boundary.errors import ErrorCode
+
+#: A run id or tool call id is safe when it matches this (no blanks, braces, colons, controls).
+SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+SAFE_ID = re.compile(SAFE_ID_PATTERN)
+
+
+def is_safe_id(value: object) -> bool:
+    """True when ``value`` is a string usable as a run id or tool call id, exactly as given."""
+    return isinstance(value, str) and SAFE_ID.fullmatch(value) is not None
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class InvocationStatus(StrEnum):
+    """Lifecycle of a canonical record: PROJECTING -> READY | ERROR, nothing else."""
+
+    PROJECTING = "PROJECTING"
+    READY = "READY"
+    ERROR = "ERROR"
+
+
+#: Statuses a record never leaves.
+TERMINAL_STATUSES: frozenset[InvocationStatus] = frozenset(
+    {InvocationStatus.READY, InvocationStatus.ERROR}
+)
+
+
+class EvidenceStatus(StrEnum):
+    """What a sealed call says about the world."""
+
+    EVIDENCE_FOUND = "EVIDENCE_FOUND"
+    NO_EVIDENCE = "NO_EVIDENCE"
+    ERROR = "ERROR"
+
+
+#: Evidence statuses a projector may return (and a READY record may carry).
+READY_EVIDENCE: frozenset[EvidenceStatus] = frozenset(
+    {EvidenceStatus.EVIDENCE_FOUND, EvidenceStatus.NO_EVIDENCE}
+)
+
+
+class CanonicalKey(_Frozen):
+    """The identity of one call: the run it belongs to and the framework's exact call id."""
+
+    run_id: str = Field(pattern=SAFE_ID_PATTERN)
+    tool_call_id: str = Field(pattern=SAFE_ID_PATTERN)
+
+    @property
+    def identity(self) -> str:
+        """``run_id:tool_call_id``; unambiguous because safe ids hold no colon."""
+        return f"{self.run_id}:{self.tool_call_id}"
+
+    @classmethod
+    def from_identity(cls, identity: str) -> CanonicalKey:
+        run_id, _, tool_call_id = identity.partition(":")
+        return cls(run_id=run_id, tool_call_id=tool_call_id)
+
+    def task_id(self, step: str) -> str:
+        """The Celery task id of a step of this call (``<run_id>:<tool_call_id>:<step>``)."""
+        return f"{self.identity}:{step}"
+
+
+class ToolCallEnvelope(_Frozen):
+    """A tool call as the agent framework hands it over, before any check.
+
+    Nothing is validated here beyond types: preflight turns every problem into an
+    ``ErrorCode`` instead of an exception.
+    """
+
+    run_id: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    #: JSON text (str or UTF-8 bytes) or an already parsed dict.
+    arguments: Any = None
+
+
+class RunContext(_Frozen):
+    """What the harness knows about the run a call claims to belong to."""
+
+    run_id: str
+    active: bool = True
+    deadline: datetime | None = None
+    authorized_tools: frozenset[str] = frozenset()
+    #: ``None`` means no limit.
+    max_tool_calls: int | None = Field(default=None, ge=0)
+    max_calls_per_tool: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_is_aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("deadline must be timezone-aware")
+        return value
+
+    @field_validator("max_calls_per_tool")
+    @classmethod
+    def _limits_not_negative(cls, value: dict[str, int]) -> dict[str, int]:
+        if any(limit < 0 for limit in value.values()):
+            raise ValueError("per-tool limits must be >= 0")
+        return value
+
+
+class CanonicalRecord(_Frozen):
+    """The one record of a call, as stored. JSON fields hold canonical JSON text.
+
+    ``raw`` is Harness-only: it never reaches an agent.
+    """
+
+    run_id: str
+    tool_call_id: str
+    tool_name: str
+    status: InvocationStatus
+    evidence_status: EvidenceStatus | None = None
+    request: str
+    raw: str | None = None
+    agent_result: str | None = None
+    scope: str | None = None
+    error_code: ErrorCode | None = None
+    seq: int
+    created_at: datetime
+    updated_at: datetime
+    deadline: datetime | None = None
+
+    @property
+    def key(self) -> CanonicalKey:
+        return CanonicalKey(run_id=self.run_id, tool_call_id=self.tool_call_id)
+
+
+class Projection(_Frozen):
+    """What a projector returns: a small, safe view of a raw response."""
+
+    evidence_status: EvidenceStatus
+    result: Any = None
+    #: What the observation covers (e.g. the query); kept for NO_EVIDENCE.
+    scope: Any = None
+
+
+class ToolOutcome(_Frozen):
+    """The agent-facing end of a call: a bounded result or a stable error code, nothing raw."""
+
+    tool_call_id: str | None
+    status: InvocationStatus
+    evidence_status: EvidenceStatus
+    result: Any = None
+    scope: Any = None
+    error_code: ErrorCode | None = None
+
+    @property
+    def error_message(self) -> str | None:
+        """The fixed sentence for ``error_code``."""
+        return self.error_code.message if self.error_code is not None else None
+
+    @classmethod
+    def error(cls, tool_call_id: str | None, code: ErrorCode) -> ToolOutcome:
+        return cls(
+            tool_call_id=tool_call_id,
+            status=InvocationStatus.ERROR,
+            evidence_status=EvidenceStatus.ERROR,
+            error_code=code,
+        )
+
+
+class Submission(_Frozen):
+    """What ``ToolBoundary.submit`` returns."""
+
+    key: CanonicalKey | None
+    accepted: bool
+    #: The immediate ERROR outcome when the call was not accepted, else ``None``.
+    outcome: ToolOutcome | None = None
+
+
+class ObservedFact(_Frozen):
+    """One READY call of a run, as an observation. NO_EVIDENCE facts are negative."""
+
+    tool_call_id: str
+    tool_name: str
+    evidence_status: EvidenceStatus
+    result: Any = None
+    scope: Any = None
+
+    @property
+    def negative(self) -> bool:
+        """True for a scoped negative observation (NO_EVIDENCE): never found evidence."""
+        return self.evidence_status is EvidenceStatus.NO_EVIDENCE
+
+
+class ObservedFacts(_Frozen):
+    """The bounded observations of a run, in acceptance order."""
+
+    run_id: str
+    facts: tuple[ObservedFact, ...] = ()
+    #: Indexed identities left out, by reason (missing, expired, cross_run, projecting, error).
+    excluded: dict[str, int] = Field(default_factory=dict)
+    #: READY facts cut by the count or byte bounds.
+    omitted: int = 0
+
+    @property
+    def evidence_count(self) -> int:
+        return sum(1 for f in self.facts if f.evidence_status is EvidenceStatus.EVIDENCE_FOUND)

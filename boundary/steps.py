@@ -1,0 +1,225 @@
+"""The two steps of a call after its record exists, as plain functions.
+
+``execute_step`` runs the tool and keeps its raw response; ``project_step`` projects it and
+seals the record. Celery tasks (and the in-process dispatcher) are thin wrappers around them.
+Neither lets a tool's or projector's exception out: each becomes a stable code on the record.
+Store errors do propagate (``StoreError``): the caller decides whether to retry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from boundary.errors import ErrorCode, ToolTimeout
+from boundary.limits import Limits, canonical_json, utf8_size
+from boundary.models import (
+    READY_EVIDENCE,
+    CanonicalKey,
+    CanonicalRecord,
+    EvidenceStatus,
+    InvocationStatus,
+    Projection,
+    ToolOutcome,
+)
+from boundary.registry import ToolRegistry
+from boundary.store.base import CanonicalStore, WriteStatus
+
+logger = logging.getLogger(__name__)
+
+
+class ExecuteResult(StrEnum):
+    #: Raw response stored (now or by an earlier attempt): project it.
+    STORED = "STORED"
+    #: The record is sealed (now or before): nothing to project.
+    SEALED = "SEALED"
+    #: The record is missing or expired.
+    MISSING = "MISSING"
+
+
+def outcome_from_record(record: CanonicalRecord) -> ToolOutcome | None:
+    """The agent-facing outcome of a sealed record; ``None`` while PROJECTING."""
+    if record.status is InvocationStatus.READY:
+        return ToolOutcome(
+            tool_call_id=record.tool_call_id,
+            status=InvocationStatus.READY,
+            evidence_status=record.evidence_status or EvidenceStatus.ERROR,
+            result=json.loads(record.agent_result) if record.agent_result else None,
+            scope=json.loads(record.scope) if record.scope else None,
+        )
+    if record.status is InvocationStatus.ERROR:
+        return ToolOutcome.error(
+            record.tool_call_id, record.error_code or ErrorCode.TOOL_EXECUTION_FAILED
+        )
+    return None
+
+
+def record_size(record: CanonicalRecord, **changes: Any) -> int:
+    """UTF-8 bytes of the record's canonical JSON, with ``changes`` applied."""
+    fields = record.model_dump(mode="json")
+    fields.update(changes)
+    return utf8_size(canonical_json(fields))
+
+
+def _seal_error(store: CanonicalStore, key: CanonicalKey, code: ErrorCode) -> None:
+    status = store.seal_error(key, code)
+    # Codes only: the reason a call ended is never logged with its payload.
+    logger.info("call %s sealed ERROR %s (%s)", key.identity, code.value, status.value)
+
+
+def execute_step(
+    store: CanonicalStore,
+    registry: ToolRegistry,
+    key: CanonicalKey,
+    *,
+    timeout_errors: tuple[type[BaseException], ...] = (),
+    now: datetime | None = None,
+) -> ExecuteResult:
+    """Runs the call's tool once and keeps its complete raw response.
+
+    Idempotent: a record that already holds a raw response, or is sealed, is not run again.
+    ``timeout_errors`` are exception types that mean the tool ran out of time.
+    """
+    record = store.get(key)
+    if record is None:
+        return ExecuteResult.MISSING
+    if record.status is not InvocationStatus.PROJECTING:
+        return ExecuteResult.SEALED
+    if record.raw is not None:
+        return ExecuteResult.STORED
+    if record.deadline is not None and record.deadline <= (now or datetime.now(UTC)):
+        _seal_error(store, key, ErrorCode.RUN_DEADLINE_EXCEEDED)
+        return ExecuteResult.SEALED
+    spec = registry.get(record.tool_name)
+    if spec is None:
+        # The worker's registry lacks a tool the caller's had: a deployment mismatch.
+        _seal_error(store, key, ErrorCode.TOOL_EXECUTION_FAILED)
+        return ExecuteResult.SEALED
+    timeouts: tuple[type[BaseException], ...] = (*timeout_errors, ToolTimeout)
+    try:
+        raw = spec.executor(json.loads(record.request))
+    except timeouts:
+        _seal_error(store, key, ErrorCode.TOOL_TIMEOUT)
+        return ExecuteResult.SEALED
+    except Exception:
+        # The exception's text may hold secrets: it is neither kept nor logged.
+        _seal_error(store, key, ErrorCode.TOOL_EXECUTION_FAILED)
+        return ExecuteResult.SEALED
+    try:
+        raw_text = canonical_json(raw)
+        raw_size = utf8_size(raw_text)
+    except (TypeError, ValueError, RecursionError):
+        _seal_error(store, key, ErrorCode.SERIALIZATION_FAILED)
+        return ExecuteResult.SEALED
+    limits: Limits = store.limits
+    if raw_size > limits.max_raw_bytes or (
+        record_size(record, raw=raw_text) > limits.max_record_bytes
+    ):
+        # Not stored, not truncated, and the projector never sees it.
+        _seal_error(store, key, ErrorCode.RESULT_TOO_LARGE)
+        return ExecuteResult.SEALED
+    written = store.store_raw(key, raw_text)
+    if written in (WriteStatus.OK, WriteStatus.ALREADY_STORED):
+        return ExecuteResult.STORED
+    if written is WriteStatus.MISSING:
+        return ExecuteResult.MISSING
+    return ExecuteResult.SEALED
+
+
+def _validated(value: object) -> Projection | ErrorCode:
+    if isinstance(value, Projection):
+        projection = value
+    elif isinstance(value, Mapping):
+        try:
+            projection = Projection.model_validate(dict(value))
+        except ValidationError as exc:
+            if any(err["loc"][:1] == ("evidence_status",) for err in exc.errors()):
+                return ErrorCode.INVALID_EVIDENCE_STATUS
+            return ErrorCode.PROJECTION_FAILED
+    else:
+        return ErrorCode.PROJECTION_FAILED
+    if projection.evidence_status not in READY_EVIDENCE:
+        return ErrorCode.INVALID_EVIDENCE_STATUS
+    return projection
+
+
+def project_step(store: CanonicalStore, registry: ToolRegistry, key: CanonicalKey) -> ToolOutcome:
+    """Projects the stored raw response and seals the record READY or ERROR.
+
+    Returns the call's outcome: the bounded agent result, or a stable error code.
+    """
+    record = store.get(key)
+    if record is None:
+        return ToolOutcome.error(key.tool_call_id, ErrorCode.RECORD_NOT_FOUND)
+    sealed = outcome_from_record(record)
+    if sealed is not None:
+        return sealed
+    projected = _project(registry, record, store.limits)
+    if isinstance(projected, ErrorCode):
+        written = store.seal_error(key, projected)
+        logger.info("call %s sealed ERROR %s", key.identity, projected.value)
+        outcome = ToolOutcome.error(key.tool_call_id, projected)
+    else:
+        outcome, result, scope = projected
+        written = store.seal(
+            key, evidence_status=outcome.evidence_status, agent_result=result, scope=scope
+        )
+    if written is WriteStatus.OK:
+        return outcome
+    # Someone else (the reaper, a redelivered message) sealed it first: the record decides.
+    return _final_outcome(store, key)
+
+
+def _project(
+    registry: ToolRegistry, record: CanonicalRecord, limits: Limits
+) -> tuple[ToolOutcome, str, str | None] | ErrorCode:
+    """The READY outcome with its result and scope as canonical JSON, or the code to seal
+    ERROR with."""
+    spec = registry.get(record.tool_name)
+    if spec is None:
+        return ErrorCode.PROJECTION_FAILED
+    if record.raw is None:
+        # The execute step ended without keeping a response: the store failed under it.
+        return ErrorCode.STORE_UNAVAILABLE
+    try:
+        value = spec.projector.project(json.loads(record.raw), json.loads(record.request))
+    except Exception:
+        return ErrorCode.PROJECTION_FAILED
+    projection = _validated(value)
+    if isinstance(projection, ErrorCode):
+        return projection
+    try:
+        result = canonical_json(projection.result)
+        scope = None if projection.scope is None else canonical_json(projection.scope)
+        agent_bytes = utf8_size(result) + (utf8_size(scope) if scope else 0)
+    except (TypeError, ValueError, RecursionError):
+        return ErrorCode.SERIALIZATION_FAILED
+    if agent_bytes > limits.max_agent_result_bytes or (
+        record_size(record, agent_result=result, scope=scope) > limits.max_record_bytes
+    ):
+        return ErrorCode.RESULT_TOO_LARGE
+    outcome = ToolOutcome(
+        tool_call_id=record.tool_call_id,
+        status=InvocationStatus.READY,
+        evidence_status=projection.evidence_status,
+        # Parsed back from the canonical text, so the outcome equals what a later read gives.
+        result=json.loads(result),
+        scope=None if scope is None else json.loads(scope),
+    )
+    return outcome, result, scope
+
+
+def _final_outcome(store: CanonicalStore, key: CanonicalKey) -> ToolOutcome:
+    """Reads back what the record says now: whoever sealed it decided."""
+    record = store.get(key)
+    if record is None:
+        return ToolOutcome.error(key.tool_call_id, ErrorCode.RECORD_NOT_FOUND)
+    return outcome_from_record(record) or ToolOutcome.error(
+        key.tool_call_id, ErrorCode.STORE_UNAVAILABLE
+    )

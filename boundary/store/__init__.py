@@ -1,0 +1,21 @@
+"""The canonical store: its interface and the Redis implementation."""
+
+from boundary.store.base import (
+    CanonicalStore,
+    CreateResult,
+    CreateStatus,
+    ProgressEntry,
+    RunSummary,
+    WriteStatus,
+)
+from boundary.store.redis import RedisCanonicalStore
+
+__all__ = [
+    "CanonicalStore",
+    "CreateResult",
+    "CreateStatus",
+    "ProgressEntry",
+    "RedisCanonicalStore",
+    "RunSummary",
+    "WriteStatus",
+]

@@ -1,0 +1,139 @@
+"""The canonical store interface. Implementations translate every driver error into
+``StoreError``/``StoreUnavailable``; nothing of the driver crosses this line."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from boundary.errors import ErrorCode
+from boundary.limits import Limits
+from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus
+
+#: Default record TTL, in seconds.
+DEFAULT_TTL_S = 24 * 3600
+
+
+class CreateStatus(StrEnum):
+    CREATED = "CREATED"
+    DUPLICATE = "DUPLICATE"
+    RUN_BUDGET = "RUN_BUDGET"
+    TOOL_BUDGET = "TOOL_BUDGET"
+
+    @property
+    def error_code(self) -> ErrorCode | None:
+        return _CREATE_CODES.get(self)
+
+
+_CREATE_CODES = {
+    CreateStatus.DUPLICATE: ErrorCode.DUPLICATE_TOOL_CALL,
+    CreateStatus.RUN_BUDGET: ErrorCode.RUN_BUDGET_EXHAUSTED,
+    CreateStatus.TOOL_BUDGET: ErrorCode.TOOL_BUDGET_EXHAUSTED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    status: CreateStatus
+    #: The run's sequence number of the call (acceptance order), when created.
+    seq: int | None = None
+
+
+class WriteStatus(StrEnum):
+    """Result of a conditional write (store raw, seal)."""
+
+    OK = "OK"
+    #: The record is missing or expired; nothing was written (and nothing re-created).
+    MISSING = "MISSING"
+    #: The record is already sealed.
+    NOT_PROJECTING = "NOT_PROJECTING"
+    #: A raw response is already stored.
+    ALREADY_STORED = "ALREADY_STORED"
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEntry:
+    """One indexed identity of a run's progress set, and the record it points to (if any)."""
+
+    key: CanonicalKey
+    seq: int
+    #: When the record was due to expire, epoch seconds (recorded at seal).
+    expires_at: float
+    record: CanonicalRecord | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    run_id: str
+    calls: int
+    ready: int
+    error: int
+    projecting: int
+
+
+class CanonicalStore(ABC):
+    """Where each call's one canonical record lives."""
+
+    limits: Limits
+    ttl_s: float
+
+    @abstractmethod
+    def create(
+        self,
+        key: CanonicalKey,
+        *,
+        tool_name: str,
+        request: str,
+        deadline: datetime | None,
+        reap_at: datetime,
+        max_run_calls: int | None,
+        max_tool_calls: int | None,
+    ) -> CreateResult:
+        """Atomically: refuse a duplicate, consume budgets, write the record PROJECTING,
+        set its TTL (the only place a TTL is set)."""
+
+    @abstractmethod
+    def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
+        """Keep the complete raw response (canonical JSON) while PROJECTING."""
+
+    @abstractmethod
+    def seal(
+        self,
+        key: CanonicalKey,
+        *,
+        evidence_status: EvidenceStatus,
+        agent_result: str | None = None,
+        scope: str | None = None,
+        error_code: ErrorCode | None = None,
+    ) -> WriteStatus:
+        """PROJECTING -> READY (evidence found or none) or ERROR (evidence ERROR and a code)."""
+
+    def seal_error(self, key: CanonicalKey, code: ErrorCode) -> WriteStatus:
+        return self.seal(key, evidence_status=EvidenceStatus.ERROR, error_code=code)
+
+    @abstractmethod
+    def get(self, key: CanonicalKey) -> CanonicalRecord | None:
+        """The record, or ``None`` when missing or expired. Never touches the expiry."""
+
+    @abstractmethod
+    def progress(self, run_id: str) -> list[ProgressEntry]:
+        """The run's completed identities in acceptance order, each with its record."""
+
+    @abstractmethod
+    def due_pending(self, now: datetime, limit: int = 1000) -> list[CanonicalKey]:
+        """PROJECTING calls whose reap time has passed, across runs."""
+
+    @abstractmethod
+    def run_ids(self) -> Iterator[str]:
+        """Every run that has a live budget key (found by SCAN, never KEYS)."""
+
+    @abstractmethod
+    def run_summary(self, run_id: str) -> RunSummary | None:
+        """Counts of a run's calls by status, or ``None`` for an unknown run."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """Raises ``StoreUnavailable`` when the store cannot be reached."""

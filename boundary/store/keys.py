@@ -1,0 +1,42 @@
+"""Every Redis key name, in one place. All keys of a run share the ``{run_id}`` hash tag so
+each Lua script of a run touches one Redis Cluster slot."""
+
+from __future__ import annotations
+
+from boundary.models import CanonicalKey
+
+#: Prefix of every key this project writes.
+PREFIX = "tb"
+
+
+def record_key(key: CanonicalKey) -> str:
+    """The canonical record (a hash)."""
+    return f"{PREFIX}:{{{key.run_id}}}:call:{key.tool_call_id}"
+
+
+def budget_key(run_id: str) -> str:
+    """Run counters (a hash): ``calls`` (accepted, also the sequence), ``tool:<name>``,
+    ``sealed:READY`` and ``sealed:ERROR``."""
+    return f"{PREFIX}:{{{run_id}}}:budget"
+
+
+def progress_key(run_id: str) -> str:
+    """Completed identities (a sorted set scored by acceptance sequence)."""
+    return f"{PREFIX}:{{{run_id}}}:progress"
+
+
+def pending_key(run_id: str) -> str:
+    """Identities still PROJECTING (a sorted set scored by the time the reaper may seal them).
+    Redis deletes an empty sorted set, so only runs with pending calls have this key."""
+    return f"{PREFIX}:{{{run_id}}}:pending"
+
+
+#: SCAN patterns.
+BUDGET_PATTERN = f"{PREFIX}:{{*}}:budget"
+PENDING_PATTERN = f"{PREFIX}:{{*}}:pending"
+
+
+def run_id_of(key: str) -> str:
+    """The run id inside a run key's hash tag."""
+    start = key.index("{") + 1
+    return key[start : key.index("}", start)]

@@ -1,0 +1,64 @@
+-- create: accept a call and write its record as PROJECTING, atomically.
+-- The duplicate check, both budgets, the sequence number and the TTL happen here and only here.
+--
+-- KEYS[1] = record key      tb:{run}:call:<tool_call_id>
+-- KEYS[2] = budget key      tb:{run}:budget
+-- KEYS[3] = pending key     tb:{run}:pending
+-- ARGV[1] = run_id
+-- ARGV[2] = tool_call_id
+-- ARGV[3] = tool_name
+-- ARGV[4] = request (canonical JSON)
+-- ARGV[5] = now, epoch ms
+-- ARGV[6] = deadline, epoch ms, or "" for none
+-- ARGV[7] = ttl, ms (> 0)
+-- ARGV[8] = run budget, or -1 for no limit
+-- ARGV[9] = tool budget, or -1 for no limit
+-- ARGV[10] = reap_at, epoch ms: when the reaper may seal the call if it is still PROJECTING
+-- ARGV[11] = identity (run_id:tool_call_id), the member in the pending set
+--
+-- Returns {1, seq} created; {0, "DUPLICATE"}; {0, "RUN_BUDGET"}; {0, "TOOL_BUDGET"}.
+
+if redis.call("EXISTS", KEYS[1]) == 1 then
+  return {0, "DUPLICATE"}
+end
+
+local ttl = tonumber(ARGV[7])
+local run_budget = tonumber(ARGV[8])
+local tool_budget = tonumber(ARGV[9])
+local tool_field = "tool:" .. ARGV[3]
+
+local calls = tonumber(redis.call("HGET", KEYS[2], "calls") or "0")
+if run_budget >= 0 and calls >= run_budget then
+  return {0, "RUN_BUDGET"}
+end
+local tool_calls = tonumber(redis.call("HGET", KEYS[2], tool_field) or "0")
+if tool_budget >= 0 and tool_calls >= tool_budget then
+  return {0, "TOOL_BUDGET"}
+end
+
+local seq = redis.call("HINCRBY", KEYS[2], "calls", 1)
+redis.call("HINCRBY", KEYS[2], tool_field, 1)
+
+redis.call("HSET", KEYS[1],
+  "run_id", ARGV[1],
+  "tool_call_id", ARGV[2],
+  "tool_name", ARGV[3],
+  "status", "PROJECTING",
+  "request", ARGV[4],
+  "seq", seq,
+  "created_at", ARGV[5],
+  "updated_at", ARGV[5],
+  "deadline", ARGV[6])
+redis.call("PEXPIRE", KEYS[1], ttl)
+
+redis.call("ZADD", KEYS[3], ARGV[10], ARGV[11])
+
+-- Run keys live at least as long as the newest record of the run.
+if redis.call("PTTL", KEYS[2]) < ttl then
+  redis.call("PEXPIRE", KEYS[2], ttl)
+end
+if redis.call("PTTL", KEYS[3]) < ttl then
+  redis.call("PEXPIRE", KEYS[3], ttl)
+end
+
+return {1, seq}

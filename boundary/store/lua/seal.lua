@@ -1,0 +1,66 @@
+-- seal: PROJECTING -> READY or PROJECTING -> ERROR, and nothing else.
+-- Indexes the identity in the run's progress set, removes it from the pending set, counts it.
+-- Never re-creates an expired key; field writes keep the remaining TTL.
+--
+-- KEYS[1] = record key
+-- KEYS[2] = progress key    tb:{run}:progress
+-- KEYS[3] = pending key     tb:{run}:pending
+-- KEYS[4] = budget key      tb:{run}:budget
+-- ARGV[1] = status: READY or ERROR
+-- ARGV[2] = evidence status
+-- ARGV[3] = agent result (canonical JSON), or "" for none
+-- ARGV[4] = scope (canonical JSON), or "" for none
+-- ARGV[5] = error code, or "" for none
+-- ARGV[6] = now, epoch ms
+-- ARGV[7] = identity (run_id:tool_call_id)
+--
+-- Returns 1 sealed; 0 missing or expired; -1 not PROJECTING; -2 status/evidence/code invalid.
+
+local status = ARGV[1]
+local evidence = ARGV[2]
+local code = ARGV[5]
+if status == "READY" then
+  if (evidence ~= "EVIDENCE_FOUND" and evidence ~= "NO_EVIDENCE") or code ~= "" then
+    return -2
+  end
+elseif status == "ERROR" then
+  if evidence ~= "ERROR" or code == "" or ARGV[3] ~= "" then
+    return -2
+  end
+else
+  return -2
+end
+
+local current = redis.call("HGET", KEYS[1], "status")
+if not current then
+  return 0
+end
+if current ~= "PROJECTING" then
+  return -1
+end
+
+redis.call("HSET", KEYS[1], "status", status, "evidence_status", evidence, "updated_at", ARGV[6])
+if ARGV[3] ~= "" then
+  redis.call("HSET", KEYS[1], "agent_result", ARGV[3])
+end
+if ARGV[4] ~= "" then
+  redis.call("HSET", KEYS[1], "scope", ARGV[4])
+end
+if code ~= "" then
+  redis.call("HSET", KEYS[1], "error_code", code)
+end
+
+-- The progress member carries the record's expiry so a reader can tell expired from missing.
+local pttl = redis.call("PTTL", KEYS[1])
+local expires_at = tonumber(ARGV[6]) + pttl
+local seq = redis.call("HGET", KEYS[1], "seq")
+redis.call("ZADD", KEYS[2], seq, ARGV[7] .. ":" .. expires_at)
+redis.call("ZREM", KEYS[3], ARGV[7])
+-- Counters only on a live budget key: HINCRBY on a missing key would make an immortal one.
+if redis.call("EXISTS", KEYS[4]) == 1 then
+  redis.call("HINCRBY", KEYS[4], "sealed:" .. status, 1)
+end
+if pttl > 0 and redis.call("PTTL", KEYS[2]) < pttl then
+  redis.call("PEXPIRE", KEYS[2], pttl)
+end
+return 1

@@ -1,0 +1,21 @@
+-- store_raw: keep a tool's complete raw response in its record, once, while PROJECTING.
+-- Never re-creates an expired key; a field write keeps the remaining TTL.
+--
+-- KEYS[1] = record key
+-- ARGV[1] = raw (canonical JSON)
+-- ARGV[2] = now, epoch ms
+--
+-- Returns 1 stored; 0 missing or expired; -1 not PROJECTING; -2 raw already stored.
+
+local status = redis.call("HGET", KEYS[1], "status")
+if not status then
+  return 0
+end
+if status ~= "PROJECTING" then
+  return -1
+end
+if redis.call("HEXISTS", KEYS[1], "raw") == 1 then
+  return -2
+end
+redis.call("HSET", KEYS[1], "raw", ARGV[1], "updated_at", ARGV[2])
+return 1

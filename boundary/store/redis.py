@@ -1,0 +1,300 @@
+"""The Redis implementation of the canonical store: the only module that imports ``redis``.
+
+Each state change is one Lua script (in ``lua/``, every key passed in KEYS). Reads use HGETALL,
+which never touches expiry. Every driver error becomes ``StoreUnavailable``/``StoreError``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+import redis
+import redis.cluster
+from pydantic import ValidationError
+
+from boundary.errors import ErrorCode, StoreError, StoreUnavailable
+from boundary.limits import Limits
+from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, InvocationStatus
+from boundary.store import keys
+from boundary.store.base import (
+    DEFAULT_TTL_S,
+    CanonicalStore,
+    CreateResult,
+    CreateStatus,
+    ProgressEntry,
+    RunSummary,
+    WriteStatus,
+)
+
+#: Seconds to wait for a connection before the store counts as unavailable.
+DEFAULT_CONNECT_TIMEOUT_S = 2.0
+#: Seconds to wait for a reply before the store counts as unavailable.
+DEFAULT_SOCKET_TIMEOUT_S = 5.0
+#: SCAN batch size hint.
+SCAN_COUNT = 1000
+
+_WRITE_CODES = {
+    1: WriteStatus.OK,
+    0: WriteStatus.MISSING,
+    -1: WriteStatus.NOT_PROJECTING,
+    -2: WriteStatus.ALREADY_STORED,
+}
+
+RedisClient = redis.Redis | redis.cluster.RedisCluster
+
+
+def _load_script(name: str) -> str:
+    return resources.files("boundary.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+#: Script sources, read once with the package.
+_CREATE = _load_script("create")
+_STORE_RAW = _load_script("store_raw")
+_SEAL = _load_script("seal")
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Turns driver errors into ours, dropping the driver's text (it may hold URLs, keys)."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        raise StoreUnavailable() from None
+    except redis.RedisError:
+        raise StoreError(ErrorCode.STORE_UNAVAILABLE) from None
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _from_ms(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+
+
+def _decode_record(fields: dict[str, str]) -> CanonicalRecord:
+    try:
+        return CanonicalRecord(
+            run_id=fields["run_id"],
+            tool_call_id=fields["tool_call_id"],
+            tool_name=fields["tool_name"],
+            status=InvocationStatus(fields["status"]),
+            evidence_status=fields.get("evidence_status") or None,
+            request=fields["request"],
+            raw=fields.get("raw"),
+            agent_result=fields.get("agent_result"),
+            scope=fields.get("scope"),
+            error_code=fields.get("error_code") or None,
+            seq=int(fields["seq"]),
+            created_at=_from_ms(fields["created_at"]),
+            updated_at=_from_ms(fields["updated_at"]),
+            deadline=_from_ms(fields.get("deadline")),
+        )
+    except (KeyError, ValueError, ValidationError):
+        # A record this code did not write: refuse it rather than guess.
+        raise StoreError(ErrorCode.STORE_UNAVAILABLE) from None
+
+
+class RedisCanonicalStore(CanonicalStore):
+    """Canonical records in Redis (or Redis Cluster), one hash per call.
+
+    Args:
+        client: a ready ``redis.Redis`` or ``redis.cluster.RedisCluster``; it must decode
+            responses (``decode_responses=True``).
+        ttl_s: record TTL, set once at create.
+        limits: byte limits.
+        clock: epoch seconds; injectable for tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: RedisClient,
+        ttl_s: float = DEFAULT_TTL_S,
+        limits: Limits | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be > 0")
+        self.client = client
+        self.ttl_s = ttl_s
+        self.limits = limits or Limits()
+        self._clock = clock
+        self._create = client.register_script(_CREATE)
+        self._store_raw = client.register_script(_STORE_RAW)
+        self._seal = client.register_script(_SEAL)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        limits: Limits | None = None,
+        **client_options: Any,
+    ) -> RedisCanonicalStore:
+        """A store on ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
+        client_options.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
+        client_options.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT_S)
+        client_options["decode_responses"] = True
+        client = redis.Redis.from_url(url, **client_options)
+        return cls(client=client, ttl_s=ttl_s, limits=limits)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def create(
+        self,
+        key: CanonicalKey,
+        *,
+        tool_name: str,
+        request: str,
+        deadline: datetime | None,
+        reap_at: datetime,
+        max_run_calls: int | None,
+        max_tool_calls: int | None,
+    ) -> CreateResult:
+        argv: list[str | int] = [
+            key.run_id,
+            key.tool_call_id,
+            tool_name,
+            request,
+            self._now_ms(),
+            "" if deadline is None else _ms(deadline),
+            int(self.ttl_s * 1000),
+            -1 if max_run_calls is None else max_run_calls,
+            -1 if max_tool_calls is None else max_tool_calls,
+            _ms(reap_at),
+            key.identity,
+        ]
+        run_keys = [keys.record_key(key), keys.budget_key(key.run_id), keys.pending_key(key.run_id)]
+        with _translated():
+            created, detail = self._create(keys=run_keys, args=argv)
+        if int(created) == 1:
+            return CreateResult(CreateStatus.CREATED, seq=int(detail))
+        return CreateResult(CreateStatus(detail))
+
+    def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
+        with _translated():
+            code = self._store_raw(keys=[keys.record_key(key)], args=[raw, self._now_ms()])
+        return _WRITE_CODES[int(code)]
+
+    def seal(
+        self,
+        key: CanonicalKey,
+        *,
+        evidence_status: EvidenceStatus,
+        agent_result: str | None = None,
+        scope: str | None = None,
+        error_code: ErrorCode | None = None,
+    ) -> WriteStatus:
+        status = InvocationStatus.ERROR if error_code is not None else InvocationStatus.READY
+        run_keys = [
+            keys.record_key(key),
+            keys.progress_key(key.run_id),
+            keys.pending_key(key.run_id),
+            keys.budget_key(key.run_id),
+        ]
+        argv: list[str | int] = [
+            status.value,
+            evidence_status.value,
+            agent_result or "",
+            scope or "",
+            error_code.value if error_code is not None else "",
+            self._now_ms(),
+            key.identity,
+        ]
+        with _translated():
+            code = int(self._seal(keys=run_keys, args=argv))
+        if code == -2:
+            # The combination broke the lifecycle table: a bug in the caller, not bad input.
+            raise ValueError("invalid seal: status, evidence status and error code disagree")
+        return _WRITE_CODES[code]
+
+    def get(self, key: CanonicalKey) -> CanonicalRecord | None:
+        with _translated():
+            fields: dict[str, str] = self.client.hgetall(keys.record_key(key))  # type: ignore[assignment]
+        return _decode_record(fields) if fields else None
+
+    def progress(self, run_id: str) -> list[ProgressEntry]:
+        with _translated():
+            members: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
+                keys.progress_key(run_id), 0, -1, withscores=True
+            )
+        parsed: list[tuple[CanonicalKey, int, float]] = []
+        for member, score in members:
+            identity, _, expires_ms = member.rpartition(":")
+            try:
+                parsed.append(
+                    (CanonicalKey.from_identity(identity), int(score), int(expires_ms) / 1000)
+                )
+            except (ValueError, ValidationError):
+                continue  # not an identity this code wrote; it cannot become a fact
+        if not parsed:
+            return []
+        with _translated():
+            pipe = self.client.pipeline(transaction=False)
+            for key, _, _ in parsed:
+                pipe.hgetall(keys.record_key(key))
+            replies = pipe.execute()
+        return [
+            ProgressEntry(
+                key=key,
+                seq=seq,
+                expires_at=expires_at,
+                record=_decode_record(fields) if fields else None,
+            )
+            for (key, seq, expires_at), fields in zip(parsed, replies, strict=True)
+        ]
+
+    def due_pending(self, now: datetime, limit: int = 1000) -> list[CanonicalKey]:
+        due: list[CanonicalKey] = []
+        with _translated():
+            for pending in self.client.scan_iter(match=keys.PENDING_PATTERN, count=SCAN_COUNT):
+                members: list[str] = self.client.zrangebyscore(  # type: ignore[assignment]
+                    pending, "-inf", _ms(now), start=0, num=limit - len(due)
+                )
+                for identity in members:
+                    try:
+                        due.append(CanonicalKey.from_identity(identity))
+                    except ValidationError:
+                        continue
+                if len(due) >= limit:
+                    break
+        return due
+
+    def run_ids(self) -> Iterator[str]:
+        seen: set[str] = set()
+        with _translated():
+            for budget in self.client.scan_iter(match=keys.BUDGET_PATTERN, count=SCAN_COUNT):
+                run_id = keys.run_id_of(budget)
+                if run_id not in seen:
+                    seen.add(run_id)
+                    yield run_id
+
+    def run_summary(self, run_id: str) -> RunSummary | None:
+        with _translated():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(keys.budget_key(run_id), "calls", "sealed:READY", "sealed:ERROR")
+            pipe.zcard(keys.pending_key(run_id))
+            (calls, ready, error), projecting = pipe.execute()
+        if calls is None:
+            return None
+        return RunSummary(
+            run_id=run_id,
+            calls=int(calls),
+            ready=int(ready or 0),
+            error=int(error or 0),
+            projecting=int(projecting),
+        )
+
+    def ping(self) -> None:
+        with _translated():
+            self.client.ping()
