@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_PENDING_S = 3600.0
 #: Extra time past a call's deadline before the reaper seals it WORKER_LOST, in seconds.
 DEFAULT_REAP_GRACE_S = 60.0
+#: Longest single wait on the dispatcher before ``outcome`` reads the record again, seconds.
+DEFAULT_POLL_S = 1.0
 
 
 class ToolBoundary:
@@ -46,6 +48,7 @@ class ToolBoundary:
             limits.
         max_pending_s: for runs without a deadline, how long a call may stay PROJECTING.
         reap_grace_s: grace past a call's deadline before the reaper may seal it.
+        poll_s: longest wait on the dispatcher before the record is read again.
         clock: epoch seconds; injectable for tests.
     """
 
@@ -58,6 +61,7 @@ class ToolBoundary:
         run_projector: RunProgressProjector | None = None,
         max_pending_s: float = DEFAULT_MAX_PENDING_S,
         reap_grace_s: float = DEFAULT_REAP_GRACE_S,
+        poll_s: float = DEFAULT_POLL_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -68,6 +72,7 @@ class ToolBoundary:
         )
         self.max_pending_s = max_pending_s
         self.reap_grace_s = reap_grace_s
+        self.poll_s = poll_s
         self._clock = clock
 
     def _now(self) -> datetime:
@@ -129,9 +134,12 @@ class ToolBoundary:
         return Submission(key=key, accepted=False, outcome=outcome)
 
     def outcome(self, run_id: str, tool_call_id: str, timeout: float | None = None) -> ToolOutcome:
-        """The outcome of an accepted call, waiting up to ``timeout`` seconds for it.
+        """The outcome of an accepted call, waiting up to ``timeout`` seconds (``None``: no
+        limit) for it.
 
-        Returns RECORD_NOT_FOUND at once for an unknown or expired call.
+        Returns RECORD_NOT_FOUND at once for an unknown or expired call. Waits through the
+        dispatcher in slices of ``poll_s`` and reads the record between slices, so a result
+        that is never written (the reaper sealed the record) or a missed wake-up cannot hang.
 
         Raises:
             TimeoutError: the call is still PROJECTING after ``timeout``.
@@ -140,31 +148,28 @@ class ToolBoundary:
             key = CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
         except ValidationError:
             return ToolOutcome.error(None, ErrorCode.RECORD_NOT_FOUND)
-        try:
-            record = self.store.get(key)
-        except StoreError:
-            return ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)
-        if record is None:
-            return ToolOutcome.error(tool_call_id, ErrorCode.RECORD_NOT_FOUND)
-        done = outcome_from_record(record)
-        if done is not None:
-            return done
-        waited = self.dispatcher.wait(key, timeout)
-        if waited is not None:
+        give_up = None if timeout is None else time.monotonic() + timeout
+        while True:
             try:
-                return ToolOutcome.model_validate(waited)
-            except ValidationError:
-                pass  # not an outcome we wrote: the record decides
-        try:
-            record = self.store.get(key)
-        except StoreError:
-            return ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)
-        if record is None:
-            return ToolOutcome.error(tool_call_id, ErrorCode.RECORD_NOT_FOUND)
-        done = outcome_from_record(record)
-        if done is None:
-            raise TimeoutError(f"call {tool_call_id} is still running")
-        return done
+                record = self.store.get(key)
+            except StoreError:
+                return ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+            if record is None:
+                return ToolOutcome.error(tool_call_id, ErrorCode.RECORD_NOT_FOUND)
+            done = outcome_from_record(record)
+            if done is not None:
+                return done
+            left = None if give_up is None else give_up - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"call {tool_call_id} is still running")
+            waited = self.dispatcher.wait(
+                key, self.poll_s if left is None else min(left, self.poll_s)
+            )
+            if waited is not None:
+                try:
+                    return ToolOutcome.model_validate(waited)
+                except ValidationError:
+                    pass  # not an outcome we wrote: the record decides
 
     def invoke(
         self, envelope: ToolCallEnvelope, run: RunContext, timeout: float | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -67,6 +68,32 @@ def record_size(record: CanonicalRecord, **changes: Any) -> int:
     return utf8_size(canonical_json(fields))
 
 
+def _run_bounded(spec_executor: Any, arguments: dict[str, Any], timeout_s: float) -> Any:
+    """Runs the tool in a watchdog thread and gives up after ``timeout_s``.
+
+    A Python thread cannot be killed: a tool that overruns keeps running in the background,
+    but its output is discarded (the record is sealed TOOL_TIMEOUT first, and a sealed record
+    takes no raw response). Works in every Celery pool, unlike signal-based time limits.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = spec_executor(arguments)
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="tool-boundary-tool", daemon=True).start()
+    if not done.wait(max(timeout_s, 0.0)):
+        raise ToolTimeout()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _seal_error(store: CanonicalStore, key: CanonicalKey, code: ErrorCode) -> None:
     status = store.seal_error(key, code)
     # Codes only: the reason a call ended is never logged with its payload.
@@ -84,7 +111,9 @@ def execute_step(
     """Runs the call's tool once and keeps its complete raw response.
 
     Idempotent: a record that already holds a raw response, or is sealed, is not run again.
-    ``timeout_errors`` are exception types that mean the tool ran out of time.
+    The tool runs at most ``ToolSpec.timeout_s``, and never past the run's deadline.
+    ``timeout_errors`` are extra exception types that mean the tool ran out of time (e.g.
+    Celery's ``SoftTimeLimitExceeded``).
     """
     record = store.get(key)
     if record is None:
@@ -94,6 +123,7 @@ def execute_step(
     if record.raw is not None:
         return ExecuteResult.STORED
     if record.deadline is not None and record.deadline <= (now or datetime.now(UTC)):
+        # The deadline passed while the call waited for a worker: the tool never runs.
         _seal_error(store, key, ErrorCode.RUN_DEADLINE_EXCEEDED)
         return ExecuteResult.SEALED
     spec = registry.get(record.tool_name)
@@ -101,9 +131,14 @@ def execute_step(
         # The worker's registry lacks a tool the caller's had: a deployment mismatch.
         _seal_error(store, key, ErrorCode.TOOL_EXECUTION_FAILED)
         return ExecuteResult.SEALED
+    # The tool's own limit, cut short by the run's deadline.
+    now = now or datetime.now(UTC)
+    timeout_s = spec.timeout_s
+    if record.deadline is not None:
+        timeout_s = min(timeout_s, (record.deadline - now).total_seconds())
     timeouts: tuple[type[BaseException], ...] = (*timeout_errors, ToolTimeout)
     try:
-        raw = spec.executor(json.loads(record.request))
+        raw = _run_bounded(spec.executor, json.loads(record.request), timeout_s)
     except timeouts:
         _seal_error(store, key, ErrorCode.TOOL_TIMEOUT)
         return ExecuteResult.SEALED
