@@ -1,0 +1,14 @@
+"""Celery wiring: the app, its tasks and the dispatcher (``celery -A tasks worker``)."""
+
+from tasks.app import app, configure
+from tasks.calls import execute_tool, project_result, reap_stuck_calls
+from tasks.dispatcher import CeleryDispatcher
+
+__all__ = [
+    "CeleryDispatcher",
+    "app",
+    "configure",
+    "execute_tool",
+    "project_result",
+    "reap_stuck_calls",
+]

@@ -33,6 +33,8 @@ end
 
 local current = redis.call("HGET", KEYS[1], "status")
 if not current then
+  -- Gone (expired): nothing is written, but a pending entry for it is dropped.
+  redis.call("ZREM", KEYS[3], ARGV[7])
   return 0
 end
 if current ~= "PROJECTING" then

@@ -1,0 +1,85 @@
+"""The Celery app (``celery -A tasks worker -Q tools,projections``), configured from
+``TOOL_BOUNDARY_*`` settings. JSON only; results are bounded outcomes, never arguments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from kombu.entity import Exchange, Queue
+
+from boundary import ToolRegistry
+from tasks.runtime import configure_runtime, get_settings
+from tasks.settings import Settings
+
+#: Queue of the execute step (runs tools).
+TOOLS_QUEUE = "tools"
+#: Queue of the project step, run projections and the reaper.
+PROJECTIONS_QUEUE = "projections"
+
+EXECUTE = "tool_boundary.execute"
+PROJECT = "tool_boundary.project"
+PROJECT_RUN = "tool_boundary.project_run"
+REAP = "tool_boundary.reap"
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings derived from ours."""
+    return {
+        "broker_url": settings.broker,
+        "result_backend": settings.backend,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        # Results live as long as the records they came from.
+        "result_expires": int(settings.ttl_s),
+        # Extended results would store each task's real arguments in the backend.
+        "result_extended": False,
+        "task_queues": tuple(
+            Queue(name, Exchange(name, type="direct"), routing_key=name)
+            for name in (TOOLS_QUEUE, PROJECTIONS_QUEUE)
+        ),
+        "task_default_queue": TOOLS_QUEUE,
+        "task_routes": {
+            EXECUTE: {"queue": TOOLS_QUEUE, "routing_key": TOOLS_QUEUE},
+            PROJECT: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
+            PROJECT_RUN: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
+            REAP: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
+        },
+        "task_acks_late": True,
+        "worker_prefetch_multiplier": 1,
+        "task_track_started": True,
+        # Flower sees every task, by name and id; argsrepr shows ids only.
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "task_time_limit": settings.task_time_limit_s,
+        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_timeout": settings.publish_timeout_s,
+        "task_publish_retry_policy": {
+            "max_retries": 2,
+            "interval_start": 0,
+            "interval_step": 0.2,
+            "interval_max": 0.5,
+        },
+        "beat_schedule": {
+            "reap-stuck-calls": {"task": REAP, "schedule": settings.reap_interval_s},
+        },
+        "timezone": "UTC",
+        "enable_utc": True,
+    }
+
+
+app = Celery("tool_boundary")
+app.config_from_object(celery_config(get_settings()))
+
+
+def configure(settings: Settings, registry: ToolRegistry | None = None) -> Celery:
+    """Points the app (and the tasks' store and registry) at new settings.
+
+    Call before the first message is sent or a worker starts.
+    """
+    configure_runtime(settings, registry)
+    app.conf.update(celery_config(settings))
+    return app

@@ -1,0 +1,145 @@
+"""The Celery tasks: thin wrappers over the core's steps. No exception escapes a task: a
+traceback in the result backend or in Flower would be a leak."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from billiard.exceptions import WorkerLostError
+from celery import signals
+from celery.exceptions import SoftTimeLimitExceeded
+from pydantic import ValidationError
+
+from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome
+from boundary.steps import execute_step, project_step
+from tasks.app import EXECUTE, PROJECT, REAP, app
+from tasks.runtime import get_runtime, get_settings
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Attempts at a store operation inside a task before giving up on it.
+STORE_ATTEMPTS = 3
+#: Pause between those attempts, seconds (doubles each time).
+STORE_RETRY_DELAY_S = 0.5
+
+
+def _retrying(step: Callable[[], T]) -> T:
+    """Retries ``step`` on store errors inside the task (a Celery retry would write a
+    traceback into the result backend)."""
+    delay = STORE_RETRY_DELAY_S
+    for attempt in range(1, STORE_ATTEMPTS + 1):
+        try:
+            return step()
+        except StoreError:
+            if attempt == STORE_ATTEMPTS:
+                raise
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def _key(run_id: str, tool_call_id: str) -> CanonicalKey | None:
+    try:
+        return CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
+    except ValidationError:
+        return None
+
+
+@app.task(
+    name=EXECUTE,
+    acks_late=True,
+    # A killed worker process sends the task again, at most this many times; the step is
+    # idempotent, so a retry never runs a tool whose raw response is already kept.
+    retry_on_worker_lost=True,
+    max_retries=get_settings().worker_lost_max_retries,
+    default_retry_delay=0,
+    # Nothing of this step is worth storing, and a stored failure would carry a traceback.
+    ignore_result=True,
+)
+def execute_tool(run_id: str, tool_call_id: str) -> str:
+    """Runs the call's tool and keeps its raw response in the record."""
+    key = _key(run_id, tool_call_id)
+    if key is None:
+        return "INVALID_KEY"
+    try:
+        runtime = get_runtime()
+        return _retrying(
+            lambda: execute_step(
+                runtime.store, runtime.registry, key, timeout_errors=(SoftTimeLimitExceeded,)
+            )
+        ).value
+    except Exception as exc:
+        # Only the type: the text may hold a URL or a payload.
+        logger.error("execute %s failed: %s", key.identity, type(exc).__name__)
+        return "FAILED"
+
+
+@app.task(name=PROJECT, acks_late=True)
+def project_result(run_id: str, tool_call_id: str) -> dict[str, Any]:
+    """Projects the raw response, seals the record; the result is the bounded outcome."""
+    key = _key(run_id, tool_call_id)
+    if key is None:
+        return ToolOutcome.error(None, ErrorCode.RECORD_NOT_FOUND).model_dump(mode="json")
+    try:
+        runtime = get_runtime()
+        outcome = _retrying(lambda: project_step(runtime.store, runtime.registry, key))
+    except Exception as exc:
+        logger.error("project %s failed: %s", key.identity, type(exc).__name__)
+        outcome = ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+    return outcome.model_dump(mode="json")
+
+
+@app.task(name=REAP)
+def reap_stuck_calls() -> dict[str, int]:
+    """Seals ERROR/WORKER_LOST every call still PROJECTING past its deadline plus grace."""
+    try:
+        store = get_runtime().store
+        due = store.due_pending(datetime.now(UTC))
+        sealed = sum(1 for key in due if store.seal_error(key, ErrorCode.WORKER_LOST).value == "OK")
+    except Exception as exc:
+        logger.error("reaper failed: %s", type(exc).__name__)
+        return {"due": 0, "sealed": 0}
+    if sealed:
+        logger.warning("reaper sealed %d stuck call(s) WORKER_LOST", sealed)
+    return {"due": len(due), "sealed": sealed}
+
+
+@signals.task_failure.connect(sender=execute_tool)
+def _seal_when_retries_run_out(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: BaseException | None = None,
+    args: Any = None,
+    **_: Any,
+) -> None:
+    """The worker process died under the tool more often than allowed: end the call now
+    rather than leave it to the reaper."""
+    if not isinstance(exception, WorkerLostError) or not args or len(args) != 2:
+        return
+    key = _key(*args)
+    if key is None:
+        return
+    try:
+        get_runtime().store.seal_error(key, ErrorCode.WORKER_LOST)
+    except StoreError:
+        logger.error("could not seal %s WORKER_LOST; the reaper will", key.identity)
+    logger.warning("call %s sealed WORKER_LOST after its retries ran out", key.identity)
+
+
+@signals.worker_init.connect
+def _check_runtime(**_: Any) -> None:
+    """Fails the worker at start, not on the first call, when the registry cannot be loaded
+    or the broker's visibility timeout is shorter than a tool's timeout."""
+    runtime = get_runtime()
+    longest = runtime.registry.longest_timeout_s
+    if runtime.settings.visibility_timeout_s <= longest:
+        raise ConfigurationError()
+    logger.info(
+        "tool-boundary worker: %d tool(s), longest timeout %.0fs", len(runtime.registry), longest
+    )

@@ -1,0 +1,61 @@
+"""``CeleryDispatcher``: an accepted call becomes an execute -> project chain."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+from boundary import CanonicalKey, DispatchError
+from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
+
+
+class CeleryDispatcher:
+    """Sends each call as a chain with deterministic task ids
+    (``<run_id>:<tool_call_id>:execute`` and ``...:project``) and waits on the project task.
+
+    Messages carry the canonical key only; ``argsrepr`` repeats just those ids.
+    """
+
+    def __init__(self, app: Celery | None = None) -> None:
+        if app is None:
+            from tasks.app import app as default_app
+
+            app = default_app
+        self.app = app
+
+    def _step(self, name: str, key: CanonicalKey, step: str, queue: str) -> Any:
+        ids = (key.run_id, key.tool_call_id)
+        return self.app.signature(
+            name,
+            args=ids,
+            immutable=True,
+            task_id=key.task_id(step),
+            queue=queue,
+            argsrepr=repr(ids),
+            kwargsrepr="{}",
+        )
+
+    def dispatch(self, key: CanonicalKey) -> None:
+        chain = self._step(EXECUTE, key, "execute", TOOLS_QUEUE) | self._step(
+            PROJECT, key, "project", PROJECTIONS_QUEUE
+        )
+        try:
+            chain.apply_async()
+        except Exception:
+            # kombu's errors name the broker URL: none of it goes further.
+            raise DispatchError() from None
+
+    def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
+        result = self.app.AsyncResult(key.task_id("project"))
+        try:
+            value = result.get(timeout=timeout, propagate=False, disable_sync_subtasks=False)
+        except CeleryTimeoutError:
+            # Stop waiting on it: a timed-out get keeps its subscription otherwise.
+            self.app.backend.remove_pending_result(result)
+            return None
+        except Exception:
+            # The result backend is unreachable: the caller reads the record instead.
+            return None
+        return value if isinstance(value, dict) else None

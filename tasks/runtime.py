@@ -1,0 +1,65 @@
+"""What tasks need at run time (store, registry, settings), built once per process."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from boundary import RedisCanonicalStore, ToolBoundary, ToolRegistry, load_registry
+from boundary.dispatch import Dispatcher
+from tasks.settings import Settings
+
+
+@dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    store: RedisCanonicalStore
+    registry: ToolRegistry
+
+    def boundary(self, dispatcher: Dispatcher) -> ToolBoundary:
+        return ToolBoundary(
+            store=self.store,
+            registry=self.registry,
+            dispatcher=dispatcher,
+            max_pending_s=self.settings.max_pending_s,
+            reap_grace_s=self.settings.reap_grace_s,
+        )
+
+
+_lock = threading.Lock()
+_settings: Settings | None = None
+_registry: ToolRegistry | None = None
+_runtime: Runtime | None = None
+
+
+def configure_runtime(settings: Settings, registry: ToolRegistry | None = None) -> None:
+    """Replaces the process's settings (and optionally the registry object itself)."""
+    global _settings, _registry, _runtime
+    with _lock:
+        _settings, _registry, _runtime = settings, registry, None
+
+
+def get_settings() -> Settings:
+    global _settings
+    with _lock:
+        if _settings is None:
+            _settings = Settings()
+        return _settings
+
+
+def get_runtime() -> Runtime:
+    """The process's runtime; the registry is imported on first use.
+
+    Raises:
+        ConfigurationError: ``TOOL_BOUNDARY_TOOLS`` names no importable registry.
+    """
+    global _runtime
+    settings = get_settings()
+    with _lock:
+        if _runtime is None:
+            registry = _registry if _registry is not None else load_registry(settings.tools)
+            store = RedisCanonicalStore.from_url(
+                settings.store_url, ttl_s=settings.ttl_s, limits=settings.limits
+            )
+            _runtime = Runtime(settings=settings, store=store, registry=registry)
+        return _runtime

@@ -1,0 +1,85 @@
+"""Settings from ``TOOL_BOUNDARY_*`` environment variables (pydantic-settings)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from boundary import Limits
+from boundary.core import DEFAULT_MAX_PENDING_S, DEFAULT_REAP_GRACE_S
+from boundary.limits import (
+    DEFAULT_MAX_AGENT_RESULT_BYTES,
+    DEFAULT_MAX_FACTS,
+    DEFAULT_MAX_FACTS_BYTES,
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_RAW_BYTES,
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
+)
+from boundary.store.base import DEFAULT_TTL_S
+
+#: Where the store lives when nothing is configured (workers and the CLI; the demo embeds one).
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+#: The registry workers load when ``TOOL_BOUNDARY_TOOLS`` is not set: the bundled examples.
+DEFAULT_TOOLS = "examples.tools:registry"
+
+
+class Settings(BaseSettings):
+    """Everything a worker, the CLI or the demo needs, from the environment.
+
+    ``TOOL_BOUNDARY_REDIS_URL`` is the store; ``BROKER_URL`` and ``RESULT_BACKEND`` default to it.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="TOOL_BOUNDARY_", extra="ignore")
+
+    redis_url: str | None = None
+    broker_url: str | None = None
+    result_backend: str | None = None
+    #: Import path of the ``ToolRegistry`` workers load, ``package.module:attribute``.
+    tools: str = DEFAULT_TOOLS
+    ttl_s: float = Field(default=DEFAULT_TTL_S, gt=0)
+    max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, gt=0)
+    max_raw_bytes: int = Field(default=DEFAULT_MAX_RAW_BYTES, gt=0)
+    max_record_bytes: int = Field(default=DEFAULT_MAX_RECORD_BYTES, gt=0)
+    max_agent_result_bytes: int = Field(default=DEFAULT_MAX_AGENT_RESULT_BYTES, gt=0)
+    max_json_depth: int = Field(default=DEFAULT_MAX_JSON_DEPTH, gt=0)
+    max_facts: int = Field(default=DEFAULT_MAX_FACTS, ge=0)
+    max_facts_bytes: int = Field(default=DEFAULT_MAX_FACTS_BYTES, ge=0)
+    #: Calls of runs without a deadline may stay PROJECTING this long before being reaped.
+    max_pending_s: float = Field(default=DEFAULT_MAX_PENDING_S, gt=0)
+    reap_grace_s: float = Field(default=DEFAULT_REAP_GRACE_S, ge=0)
+    #: How often beat runs the reaper.
+    reap_interval_s: float = Field(default=30.0, gt=0)
+    #: Redis broker: an unacknowledged message returns after this long. Must exceed the
+    #: longest tool timeout, or a second worker would run a call that is still running.
+    visibility_timeout_s: int = Field(default=3600, gt=0)
+    #: Times an execute task is sent again after its worker process died under it.
+    worker_lost_max_retries: int = Field(default=2, ge=0)
+    #: Hard time limit of a task (prefork pool): a backstop above every tool's timeout.
+    task_time_limit_s: float = Field(default=3600.0, gt=0)
+    #: Seconds a broker publish may take (connecting included) before dispatch fails.
+    publish_timeout_s: float = Field(default=5.0, gt=0)
+
+    @property
+    def store_url(self) -> str:
+        return self.redis_url or DEFAULT_REDIS_URL
+
+    @property
+    def broker(self) -> str:
+        return self.broker_url or self.store_url
+
+    @property
+    def backend(self) -> str:
+        return self.result_backend or self.store_url
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            max_request_bytes=self.max_request_bytes,
+            max_raw_bytes=self.max_raw_bytes,
+            max_record_bytes=self.max_record_bytes,
+            max_agent_result_bytes=self.max_agent_result_bytes,
+            max_json_depth=self.max_json_depth,
+            max_facts=self.max_facts,
+            max_facts_bytes=self.max_facts_bytes,
+        )
