@@ -1,0 +1,258 @@
+"""Fake tools and projectors, and small Redis probes, shared by the boundary's tests.
+
+The fakes count their calls with a lock so race tests can prove "executed exactly once".
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+
+from boundary import (
+    CanonicalKey,
+    EvidenceStatus,
+    InProcessDispatcher,
+    Limits,
+    Projection,
+    RedisCanonicalStore,
+    RunContext,
+    ToolBoundary,
+    ToolCallEnvelope,
+    ToolRegistry,
+    ToolSpec,
+)
+from boundary.store import keys
+
+#: Strings that must never reach an agent, a Submission or a log line.
+SECRET_TOKEN = "sk-live-SECRET123"
+SECRET_URL = "redis://:hunter2@10.0.0.5:6379/0"
+STACK_TRACE = "Traceback (most recent call last):"
+LEAKS = (SECRET_TOKEN, SECRET_URL, "hunter2", STACK_TRACE, "tb:{")
+#: A message holding every kind of leak at once.
+LEAKY_MESSAGE = f'{STACK_TRACE}\n  File "x.py", line 1\nusing {SECRET_TOKEN} at {SECRET_URL}'
+
+RUN_ID = "run-1"
+TOOL = "search"
+
+
+class Counter:
+    """A thread-safe call counter."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def increment(self) -> None:
+        with self._lock:
+            self.value += 1
+
+
+class FakeTool:
+    """An executor that records its arguments and returns ``raw`` (or raises ``error``).
+
+    ``during`` runs inside the executor, e.g. to read the store while the tool runs.
+    """
+
+    def __init__(
+        self,
+        raw: Any = None,
+        *,
+        error: BaseException | None = None,
+        during: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.raw = {"hits": [{"id": 1, "text": "timeout in api"}]} if raw is None else raw
+        self.error = error
+        self.during = during
+        self.calls = Counter()
+        self.arguments: list[dict[str, Any]] = []
+
+    def __call__(self, arguments: dict[str, Any]) -> Any:
+        self.calls.increment()
+        self.arguments.append(arguments)
+        if self.during is not None:
+            self.during(arguments)
+        if self.error is not None:
+            raise self.error
+        return self.raw
+
+
+class FakeProjector:
+    """A projector returning a fixed value (a ``Projection`` or a mapping), or raising."""
+
+    def __init__(
+        self,
+        value: Projection | Mapping[str, Any] | Any = None,
+        *,
+        error: BaseException | None = None,
+    ) -> None:
+        self.value = (
+            Projection(evidence_status=EvidenceStatus.EVIDENCE_FOUND, result={"count": 1})
+            if value is None
+            else value
+        )
+        self.error = error
+        self.calls = Counter()
+        self.seen: list[tuple[Any, dict[str, Any]]] = []
+
+    def project(self, raw: Any, request: dict[str, Any]) -> Any:
+        self.calls.increment()
+        self.seen.append((raw, request))
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def no_evidence(scope: Any) -> Projection:
+    return Projection(evidence_status=EvidenceStatus.NO_EVIDENCE, result={"hits": []}, scope=scope)
+
+
+def register(
+    registry: ToolRegistry,
+    tool: FakeTool | None = None,
+    projector: FakeProjector | None = None,
+    *,
+    name: str = TOOL,
+    read_only: bool = True,
+) -> tuple[FakeTool, FakeProjector]:
+    """Registers a fake tool and returns its executor and projector for inspection."""
+    tool = tool or FakeTool()
+    projector = projector or FakeProjector()
+    registry.register(ToolSpec(name=name, executor=tool, projector=projector, read_only=read_only))
+    return tool, projector
+
+
+def make_run(
+    run_id: str = RUN_ID,
+    tools: tuple[str, ...] = (TOOL,),
+    **fields: Any,
+) -> RunContext:
+    return RunContext(run_id=run_id, authorized_tools=frozenset(tools), **fields)
+
+
+def envelope(
+    tool_call_id: str | None = "call_1",
+    arguments: Any = '{"query": "timeout"}',
+    *,
+    run_id: str | None = RUN_ID,
+    tool_name: str | None = TOOL,
+) -> ToolCallEnvelope:
+    return ToolCallEnvelope(
+        run_id=run_id, tool_call_id=tool_call_id, tool_name=tool_name, arguments=arguments
+    )
+
+
+def key_of(tool_call_id: str, run_id: str = RUN_ID) -> CanonicalKey:
+    return CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
+
+
+def make_boundary(
+    redis_client: redis.Redis,
+    registry: ToolRegistry,
+    *,
+    limits: Limits | None = None,
+    ttl_s: float = 600,
+) -> tuple[ToolBoundary, RedisCanonicalStore]:
+    """A boundary with its own limits or TTL, on the test DB, running calls in-process."""
+    store = RedisCanonicalStore(client=redis_client, ttl_s=ttl_s, limits=limits)
+    dispatcher = InProcessDispatcher(store, registry)
+    return ToolBoundary(store=store, registry=registry, dispatcher=dispatcher), store
+
+
+def create_projecting(
+    store: RedisCanonicalStore,
+    tool_call_id: str = "call_1",
+    *,
+    run_id: str = RUN_ID,
+    tool_name: str = TOOL,
+    request: str = '{"query":"timeout"}',
+) -> CanonicalKey:
+    """A PROJECTING record written straight through the store (no tool, no dispatcher)."""
+    key = key_of(tool_call_id, run_id)
+    created = store.create(
+        key,
+        tool_name=tool_name,
+        request=request,
+        deadline=None,
+        reap_at=datetime.now(UTC) + timedelta(hours=1),
+        max_run_calls=None,
+        max_tool_calls=None,
+    )
+    assert created.seq is not None
+    return key
+
+
+def db_keys(redis_client: redis.Redis) -> set[str]:
+    """Every key of the test DB (SCAN, so it is safe on a busy server)."""
+    return set(redis_client.scan_iter(match="*", count=1000))
+
+
+def record_keys(redis_client: redis.Redis) -> set[str]:
+    return set(redis_client.scan_iter(match=f"{keys.PREFIX}:{{*}}:call:*", count=1000))
+
+
+def binary_client(redis_client: redis.Redis) -> redis.Redis:
+    """A client on the same DB that returns bytes (for DUMP, byte-for-byte comparisons)."""
+    options = dict(redis_client.connection_pool.connection_kwargs)
+    options["decode_responses"] = False
+    return redis.Redis(**options)
+
+
+def snapshot(redis_client: redis.Redis, key: str) -> tuple[dict[bytes, bytes], bytes | None]:
+    """A key's fields and its DUMP serialization, byte for byte."""
+    client = binary_client(redis_client)
+    try:
+        return client.hgetall(key), client.dump(key)  # type: ignore[return-value]
+    finally:
+        client.close()
+
+
+@contextmanager
+def monitored(redis_client: redis.Redis, timeout_s: float = 10.0) -> Iterator[list[str]]:
+    """Collects every command the server runs on the test DB (Lua calls included), lower-cased.
+
+    MONITOR sees exactly what was run, on our DB only: unlike INFO commandstats, other
+    processes using other DBs of the same server cannot disturb it. The list is complete when
+    the ``with`` block ends: a unique ECHO marks the end of the stream.
+    """
+    db = int(redis_client.connection_pool.connection_kwargs.get("db", 0))
+    marker = f"tb-test-monitor-end-{uuid.uuid4().hex}"
+    commands: list[str] = []
+    monitor = redis_client.monitor()
+    monitor.__enter__()  # MONITOR is confirmed before the block runs
+
+    def collect() -> None:
+        while True:
+            entry = monitor.next_command()
+            if entry is None:
+                continue
+            if entry["db"] != db:
+                continue
+            if entry["command"].lower() == f"echo {marker}":
+                return
+            commands.append(entry["command"].lower())
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    try:
+        yield commands
+    finally:
+        redis_client.echo(marker)
+        reader.join(timeout_s)
+        monitor.__exit__(None, None, None)
+    assert not reader.is_alive(), "MONITOR never saw the end marker"
+
+
+#: Commands that set, refresh or remove an expiry.
+EXPIRY_COMMANDS = frozenset(
+    {"expire", "pexpire", "expireat", "pexpireat", "persist", "getex", "restore"}
+)
+
+
+def expiry_commands(commands: list[str]) -> list[str]:
+    return [c for c in commands if c.split(" ", 1)[0] in EXPIRY_COMMANDS]
