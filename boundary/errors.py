@@ -142,4 +142,12 @@ class ToolTimeout(BoundaryError):
 
 
 class ConfigurationError(BoundaryError):
-    """The boundary was set up wrongly (a bad registry path, a bad setting)."""
+    """The boundary was set up wrongly (a bad registry path, a bad setting).
+
+    Raised at start-up to an operator, never to an agent: the message says what to fix.
+    """
+
+    def __init__(self, problem: str) -> None:
+        super().__init__()
+        self.problem = problem
+        self.args = (problem,)

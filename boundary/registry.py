@@ -76,14 +76,14 @@ def load_registry(path: str) -> ToolRegistry:
     """
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
-        raise ConfigurationError()
+        raise ConfigurationError(f"tools path {path!r} is not of the form 'package.module:name'")
     try:
         module = importlib.import_module(module_name)
         registry = getattr(module, attribute)
     except (ImportError, AttributeError) as exc:
-        raise ConfigurationError() from exc
+        raise ConfigurationError(f"cannot load tools from {path!r}: {exc}") from exc
     if callable(registry) and not isinstance(registry, ToolRegistry):
         registry = registry()
     if not isinstance(registry, ToolRegistry):
-        raise ConfigurationError()
+        raise ConfigurationError(f"{path!r} is not a ToolRegistry")
     return registry

@@ -25,6 +25,12 @@ REAP = "tool_boundary.reap"
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings derived from ours."""
+    transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
+    if settings.restore_sweep_s is not None:
+        transport |= {
+            "unacked_restore_interval": settings.restore_sweep_s,
+            "unacked_restore_throttle": 1,
+        }
     return {
         "broker_url": settings.broker,
         "result_backend": settings.backend,
@@ -54,7 +60,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": True,
         "task_send_sent_event": True,
         "task_time_limit": settings.task_time_limit_s,
-        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
+        "broker_transport_options": transport,
         "broker_connection_retry_on_startup": True,
         "broker_connection_timeout": settings.publish_timeout_s,
         "task_publish_retry_policy": {
@@ -71,8 +77,16 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
 
 
-app = Celery("tool_boundary")
-app.config_from_object(celery_config(get_settings()))
+def create_app(settings: Settings, name: str = "tool_boundary") -> Celery:
+    """A Celery app configured from ``settings``. Tasks are sent by name, so an app made
+    here can dispatch calls (e.g. to another broker) without importing the task module."""
+    created = Celery(name)
+    created.config_from_object(celery_config(settings))
+    return created
+
+
+#: The app workers run (``celery -A tasks worker``).
+app = create_app(get_settings())
 
 
 def configure(settings: Settings, registry: ToolRegistry | None = None) -> Celery:

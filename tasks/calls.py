@@ -139,7 +139,10 @@ def _check_runtime(**_: Any) -> None:
     runtime = get_runtime()
     longest = runtime.registry.longest_timeout_s
     if runtime.settings.visibility_timeout_s <= longest:
-        raise ConfigurationError()
+        raise ConfigurationError(
+            f"visibility_timeout_s ({runtime.settings.visibility_timeout_s}) must exceed the "
+            f"longest tool timeout ({longest:.0f}s), or a second worker would run the same call"
+        )
     logger.info(
         "tool-boundary worker: %d tool(s), longest timeout %.0fs", len(runtime.registry), longest
     )

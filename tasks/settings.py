@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     #: Redis broker: an unacknowledged message returns after this long. Must exceed the
     #: longest tool timeout, or a second worker would run a call that is still running.
     visibility_timeout_s: int = Field(default=3600, gt=0)
+    #: Redis broker: seconds between sweeps that return unacknowledged messages past their
+    #: visibility timeout (``None``: kombu's default, about 100 s).
+    restore_sweep_s: int | None = Field(default=None, gt=0)
     #: Times an execute task is sent again after its worker process died under it.
     worker_lost_max_retries: int = Field(default=2, ge=0)
     #: Hard time limit of a task (prefork pool): a backstop above every tool's timeout.

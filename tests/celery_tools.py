@@ -22,12 +22,12 @@ class HitsProjector:
         hits = raw["hits"]
         if not hits:
             return Projection(
-                evidence_status=EvidenceStatus.NO_EVIDENCE, scope={"query": request["query"]}
+                evidence_status=EvidenceStatus.NO_EVIDENCE, scope={"query": request.get("query")}
             )
         return Projection(
             evidence_status=EvidenceStatus.EVIDENCE_FOUND,
             result={"count": len(hits), "first": hits[0]["id"]},
-            scope={"query": request["query"]},
+            scope={"query": request.get("query")},
         )
 
 
@@ -100,13 +100,23 @@ def build_registry() -> ToolRegistry:
                 read_only=True,
             ),
             ToolSpec(name="slow", executor=sleepy, projector=hits, read_only=True, timeout_s=1.0),
-            ToolSpec(name="sleepy", executor=sleepy, projector=hits, read_only=True, timeout_s=60),
-            ToolSpec(
-                name="leaky", executor=leaky, projector=SecretFreeProjector(), read_only=True
-            ),
+            ToolSpec(name="sleepy", executor=sleepy, projector=hits, read_only=True, timeout_s=8),
+            ToolSpec(name="leaky", executor=leaky, projector=SecretFreeProjector(), read_only=True),
             ToolSpec(name="writer", executor=lookup, projector=hits, read_only=False),
         ]
     )
 
 
 registry = build_registry()
+
+
+def suicide(arguments: dict[str, Any]) -> Any:
+    """Kills the process running it: every attempt loses its worker."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+registry.register(
+    ToolSpec(name="suicide", executor=suicide, projector=HitsProjector(), read_only=True)
+)

@@ -1,0 +1,163 @@
+"""End to end through real workers: Redis broker + backend with a worker thread, and once
+more with RabbitMQ as the broker and a worker process. Every outcome comes back through the
+project task's AsyncResult."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+
+from boundary import (
+    CanonicalKey,
+    ErrorCode,
+    EvidenceStatus,
+    InvocationStatus,
+    RunContext,
+    ToolBoundary,
+    ToolCallEnvelope,
+    ToolOutcome,
+)
+from boundary.store import keys
+from tasks import CeleryDispatcher
+from tasks.app import create_app
+from tasks.runtime import get_runtime
+from tests.celery.conftest import RUN, Stack
+from tests.conftest import celery_test_settings
+
+
+def invoke(
+    boundary: ToolBoundary,
+    call_id: str,
+    tool: str,
+    arguments: dict[str, Any],
+    run: RunContext = RUN,
+) -> ToolOutcome:
+    envelope = ToolCallEnvelope(
+        run_id=run.run_id, tool_call_id=call_id, tool_name=tool, arguments=arguments
+    )
+    return boundary.invoke(envelope, run, timeout=30)
+
+
+def record(call_id: str, run_id: str = RUN.run_id) -> Any:
+    return get_runtime().store.get(CanonicalKey(run_id=run_id, tool_call_id=call_id))
+
+
+def celery_result(stack: Stack, call_id: str) -> Any:
+    """What the result backend holds for the project task (the outcome, as JSON)."""
+    key = CanonicalKey(run_id=RUN.run_id, tool_call_id=call_id)
+    return stack.app.AsyncResult(key.task_id("project")).get(timeout=10)
+
+
+def assert_error(outcome: ToolOutcome, code: ErrorCode) -> None:
+    assert outcome.status is InvocationStatus.ERROR
+    assert outcome.evidence_status is EvidenceStatus.ERROR
+    assert outcome.error_code is code
+    assert outcome.result is None
+
+
+def test_success_with_evidence(stack: Stack) -> None:
+    # When
+    outcome = invoke(stack.boundary, "c1", "lookup", {"query": "timeouts"})
+    # Then the agent gets the bounded projection, and the record and the task result agree
+    assert outcome.status is InvocationStatus.READY
+    assert outcome.evidence_status is EvidenceStatus.EVIDENCE_FOUND
+    assert outcome.result == {"count": 3, "first": "doc-0"}
+    stored = record("c1")
+    assert stored.status is InvocationStatus.READY
+    assert stored.raw is not None and "timeouts 0" in stored.raw
+    assert celery_result(stack, "c1") == outcome.model_dump(mode="json")
+
+
+def test_no_evidence(stack: Stack) -> None:
+    outcome = invoke(stack.boundary, "c1", "lookup", {"query": "nothing"})
+    assert outcome.status is InvocationStatus.READY
+    assert outcome.evidence_status is EvidenceStatus.NO_EVIDENCE
+    assert outcome.scope == {"query": "nothing"}
+    assert outcome.result is None
+
+
+def test_executor_raises(stack: Stack) -> None:
+    outcome = invoke(stack.boundary, "c1", "boom", {})
+    assert_error(outcome, ErrorCode.TOOL_EXECUTION_FAILED)
+    assert record("c1").raw is None
+    assert celery_result(stack, "c1")["error_code"] == "TOOL_EXECUTION_FAILED"
+
+
+def test_projector_raises(stack: Stack) -> None:
+    outcome = invoke(stack.boundary, "c1", "bad_projector", {"query": "x"})
+    assert_error(outcome, ErrorCode.PROJECTION_FAILED)
+    # The raw response stays Harness-only canonical data.
+    assert record("c1").raw is not None
+
+
+def test_invalid_evidence_status(stack: Stack) -> None:
+    outcome = invoke(stack.boundary, "c1", "invalid_evidence", {"query": "x"})
+    assert_error(outcome, ErrorCode.INVALID_EVIDENCE_STATUS)
+    assert record("c1").agent_result is None
+
+
+def test_raw_too_large(stack: Stack) -> None:
+    outcome = invoke(stack.boundary, "c1", "huge_raw", {"bytes": 200_000})
+    assert_error(outcome, ErrorCode.RESULT_TOO_LARGE)
+    assert record("c1").raw is None
+
+
+def test_agent_result_too_large(stack: Stack) -> None:
+    outcome = invoke(stack.boundary, "c1", "huge_result", {"query": "q"})
+    assert_error(outcome, ErrorCode.RESULT_TOO_LARGE)
+    assert record("c1").agent_result is None
+
+
+def test_tool_timeout(stack: Stack) -> None:
+    # Given a tool with timeout_s=1 that sleeps 5 s
+    started = time.monotonic()
+    outcome = invoke(stack.boundary, "c1", "slow", {"seconds": 5})
+    # Then the call ends at its time limit, not when the tool would have
+    assert_error(outcome, ErrorCode.TOOL_TIMEOUT)
+    assert time.monotonic() - started < 4
+
+
+def test_deadline_passed_before_start(stack: Stack) -> None:
+    # Given a boundary whose clock runs a minute behind, so preflight accepts a call whose
+    # run deadline has in truth already passed when a worker picks it up
+    runtime = get_runtime()
+    late = ToolBoundary(
+        store=runtime.store,
+        registry=runtime.registry,
+        dispatcher=stack.boundary.dispatcher,
+        clock=lambda: time.time() - 60,
+    )
+    run = RUN.model_copy(update={"deadline": datetime.now(UTC) - timedelta(seconds=30)})
+    # When
+    started = time.monotonic()
+    outcome = invoke(late, "c1", "sleepy", {"seconds": 5}, run=run)
+    # Then it is sealed without running the tool (which would have taken 5 s)
+    assert_error(outcome, ErrorCode.RUN_DEADLINE_EXCEEDED)
+    assert time.monotonic() - started < 3
+    assert record("c1").raw is None
+
+
+@pytest.mark.parametrize(
+    "broker", ["redis://127.0.0.1:1/0", "amqp://guest:guest@127.0.0.1:1//"], ids=["redis", "amqp"]
+)
+def test_broker_down_at_dispatch(redis_client: redis.Redis, broker: str) -> None:
+    # Given a dispatcher whose broker cannot be reached
+    app = create_app(celery_test_settings(broker_url=broker), name="tests_down")
+    runtime = get_runtime()
+    boundary = runtime.boundary(CeleryDispatcher(app))
+    # When
+    started = time.monotonic()
+    outcome = invoke(boundary, "c1", "lookup", {"query": "x"})
+    elapsed = time.monotonic() - started
+    # Then the caller gets DISPATCH_FAILED at once and no record is left PROJECTING
+    assert_error(outcome, ErrorCode.DISPATCH_FAILED)
+    assert record("c1").status is InvocationStatus.ERROR
+    assert record("c1").error_code is ErrorCode.DISPATCH_FAILED
+    assert redis_client.exists(keys.pending_key(RUN.run_id)) == 0
+    assert elapsed < 15
+    # And the broker's address never reaches the outcome
+    assert "127.0.0.1" not in outcome.model_dump_json()
