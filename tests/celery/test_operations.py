@@ -1,0 +1,134 @@
+"""docker-compose.yml and the Procfile: the compose file is checked for what `docker compose
+config` needs (no Docker engine here), and the Procfile's processes really start under honcho
+against the local Redis and run a call end to end."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from boundary import InvocationStatus, ToolCallEnvelope
+from tasks import CeleryDispatcher
+from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
+from tasks.runtime import get_runtime
+from tasks.settings import Settings
+from tests.celery.conftest import RUN
+from tests.celery.workers import ROOT, settings_env
+from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
+
+COMPOSE_KEYS = {"name", "services", "volumes", "networks", "configs", "secrets"}
+SERVICE_KEYS = {
+    "build", "image", "command", "environment", "depends_on", "healthcheck", "ports",
+    "restart", "volumes",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_file_has_the_services_with_health_checks(compose: dict[str, Any]) -> None:
+    assert set(compose) - COMPOSE_KEYS <= {k for k in compose if k.startswith("x-")}
+    services = compose["services"]
+    assert set(services) == {"redis", "worker-tools", "worker-projections", "beat", "flower"}
+    for name, service in services.items():
+        assert set(service) <= SERVICE_KEYS, name
+        assert "image" in service or "build" in service, name
+        check = service["healthcheck"]
+        assert isinstance(check["test"], list) and check["test"][0] in {"CMD", "CMD-SHELL"}, name
+        for field in ("interval", "timeout"):
+            assert re.fullmatch(r"\d+s", check[field]), (name, field)
+        if name != "redis":
+            assert service["depends_on"] == {"redis": {"condition": "service_healthy"}}
+    build = services["worker-tools"]["build"]
+    assert (ROOT / build["context"] / build["dockerfile"]).is_file()
+
+
+def test_compose_workers_cover_both_queues_and_settings_are_real(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    queues = {
+        service["command"][service["command"].index("-Q") + 1]
+        for name, service in services.items()
+        if name.startswith("worker-")
+    }
+    assert queues == {TOOLS_QUEUE, PROJECTIONS_QUEUE}
+    fields = {f"TOOL_BOUNDARY_{name.upper()}" for name in Settings.model_fields}
+    for service in services.values():
+        assert set(service.get("environment", {})) <= fields
+        if "command" in service and service is not services["redis"]:
+            assert service["command"][:3] == ["celery", "-A", "tasks"]
+
+
+def procfile() -> dict[str, str]:
+    lines = (ROOT / "Procfile").read_text().splitlines()
+    return dict(line.split(": ", 1) for line in lines if line.strip())
+
+
+def test_procfile_has_the_same_processes_as_compose(compose: dict[str, Any]) -> None:
+    processes = procfile()
+    assert set(processes) == {"worker_tools", "worker_projections", "beat", "flower"}
+    assert {p.replace("_", "-") for p in processes} == set(compose["services"]) - {"redis"}
+    for command in processes.values():
+        assert command.startswith("celery -A tasks ")
+
+
+def test_procfile_processes_start_under_honcho_and_serve_a_call(
+    redis_client: redis.Redis, celery_session_app: object, tmp_path: Path
+) -> None:
+    # Given the Procfile's processes under honcho, on a broker DB of their own
+    settings = celery_test_settings(broker_url=redis_url(SUBPROCESS_BROKER_DB), reap_interval_s=1)
+    broker = redis.Redis.from_url(redis_url(SUBPROCESS_BROKER_DB))
+    broker.flushdb()
+    env = settings_env(settings) | {"FLOWER_PORT": "0", "TMPDIR": str(tmp_path)}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    log = tmp_path / "honcho.log"
+    with log.open("wb") as out:
+        honcho = subprocess.Popen(
+            [sys.executable, "-m", "honcho", "start"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        expected = ["tools@", "projections@", "beat: Starting", "Visit me at"]
+        deadline = time.monotonic() + 60
+        while not all(text in log.read_text() for text in expected):
+            assert honcho.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        while log.read_text().count(" ready.") < 2:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        # When a call is made through them
+        app = create_app(settings, name="tests_honcho")
+        boundary = get_runtime().boundary(CeleryDispatcher(app))
+        envelope = ToolCallEnvelope(
+            run_id=RUN.run_id, tool_call_id="c1", tool_name="lookup", arguments={"query": "q"}
+        )
+        outcome = boundary.invoke(envelope, RUN, timeout=30)
+        # Then it ends READY, and beat has the reaper running on the projections worker
+        assert outcome.status is InvocationStatus.READY
+        while "Task tool_boundary.reap[" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+    finally:
+        os.killpg(honcho.pid, signal.SIGTERM)
+        try:
+            honcho.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(honcho.pid, signal.SIGKILL)
+            honcho.wait()
+        broker.flushdb()
