@@ -137,9 +137,7 @@ class ToolBoundary:
         """The outcome of an accepted call, waiting up to ``timeout`` seconds (``None``: no
         limit) for it.
 
-        Returns RECORD_NOT_FOUND at once for an unknown or expired call. Waits through the
-        dispatcher in slices of ``poll_s`` and reads the record between slices, so a result
-        that is never written (the reaper sealed the record) or a missed wake-up cannot hang.
+        Returns RECORD_NOT_FOUND at once for an unknown or expired call.
 
         Raises:
             TimeoutError: the call is still PROJECTING after ``timeout``.
@@ -148,38 +146,55 @@ class ToolBoundary:
             key = CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
         except ValidationError:
             return ToolOutcome.error(None, ErrorCode.RECORD_NOT_FOUND)
+        return self._await(key, timeout, read_first=True)
+
+    def _await(self, key: CanonicalKey, timeout: float | None, *, read_first: bool) -> ToolOutcome:
+        """Waits through the dispatcher in slices of ``poll_s`` and reads the record between
+        slices, so a result that is never written (the reaper sealed the record) or a missed
+        wake-up cannot hang.
+
+        The record decides, never the dispatcher's value: the project step seals the record
+        before its result is written, so a result seen while the record is still PROJECTING
+        is a stale one (of an expired record with the same ids) and is ignored.
+        """
         give_up = None if timeout is None else time.monotonic() + timeout
+        stale = False
+        read = read_first
         while True:
-            try:
-                record = self.store.get(key)
-            except StoreError:
-                return ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)
-            if record is None:
-                return ToolOutcome.error(tool_call_id, ErrorCode.RECORD_NOT_FOUND)
-            done = outcome_from_record(record)
-            if done is not None:
-                return done
+            if read:
+                try:
+                    record = self.store.get(key)
+                except StoreError:
+                    return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+                if record is None:
+                    return ToolOutcome.error(key.tool_call_id, ErrorCode.RECORD_NOT_FOUND)
+                done = outcome_from_record(record)
+                if done is not None:
+                    return done
+            read = True
             left = None if give_up is None else give_up - time.monotonic()
             if left is not None and left <= 0:
-                raise TimeoutError(f"call {tool_call_id} is still running")
-            waited = self.dispatcher.wait(
-                key, self.poll_s if left is None else min(left, self.poll_s)
-            )
-            if waited is not None:
-                try:
-                    return ToolOutcome.model_validate(waited)
-                except ValidationError:
-                    pass  # not an outcome we wrote: the record decides
+                raise TimeoutError(f"call {key.tool_call_id} is still running")
+            slice_s = self.poll_s if left is None else min(left, self.poll_s)
+            if stale:
+                time.sleep(slice_s)
+            elif self.dispatcher.wait(key, slice_s) is not None:
+                # Woken by a result: read the record once more; if it is still PROJECTING,
+                # that result was stale and only the record is polled from now on.
+                stale = True
 
     def invoke(
         self, envelope: ToolCallEnvelope, run: RunContext, timeout: float | None = None
     ) -> ToolOutcome:
-        """``submit`` then ``outcome``: always returns an outcome (or raises TimeoutError)."""
+        """``submit`` then wait for the outcome: always returns an outcome (or raises
+        TimeoutError)."""
         submission = self.submit(envelope, run)
         if submission.outcome is not None:
             return submission.outcome
         assert submission.key is not None
-        return self.outcome(submission.key.run_id, submission.key.tool_call_id, timeout)
+        # Just dispatched: wait first, then read (an in-process dispatcher's wait returns at
+        # once and the read finds the sealed record).
+        return self._await(submission.key, timeout, read_first=False)
 
     def observe(self, run: RunContext | str) -> ObservedFacts:
         """The run's READY calls as bounded observed facts, in acceptance order.
