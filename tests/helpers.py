@@ -198,9 +198,15 @@ def record_keys(redis_client: redis.Redis) -> set[str]:
 
 def binary_client(redis_client: redis.Redis) -> redis.Redis:
     """A client on the same DB that returns bytes (for DUMP, byte-for-byte comparisons)."""
-    options = dict(redis_client.connection_pool.connection_kwargs)
-    options["decode_responses"] = False
-    return redis.Redis(**options)
+    options = redis_client.connection_pool.connection_kwargs
+    return redis.Redis(
+        host=options.get("host", "localhost"),
+        port=options.get("port", 6379),
+        db=options.get("db", 0),
+        username=options.get("username"),
+        password=options.get("password"),
+        decode_responses=False,
+    )
 
 
 def snapshot(redis_client: redis.Redis, key: str) -> tuple[dict[bytes, bytes], bytes | None]:

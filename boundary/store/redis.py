@@ -35,6 +35,8 @@ from boundary.store.base import (
 DEFAULT_CONNECT_TIMEOUT_S = 2.0
 #: Seconds to wait for a reply before the store counts as unavailable.
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
+#: Connections a store made by ``from_url`` keeps; more concurrent callers wait for one.
+DEFAULT_MAX_CONNECTIONS = 100
 #: SCAN batch size hint.
 SCAN_COUNT = 1000
 
@@ -143,9 +145,14 @@ class RedisCanonicalStore(CanonicalStore):
         """A store on ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
         client_options.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
         client_options.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT_S)
+        client_options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+        # redis-py's default pool raises at once when all its connections are busy, which
+        # would turn a burst of concurrent calls into STORE_UNAVAILABLE. A blocking pool makes
+        # the burst wait for a free connection, up to the socket timeout.
+        client_options.setdefault("timeout", client_options["socket_timeout"])
         client_options["decode_responses"] = True
-        client = redis.Redis.from_url(url, **client_options)
-        return cls(client=client, ttl_s=ttl_s, limits=limits)
+        pool = redis.BlockingConnectionPool.from_url(url, **client_options)
+        return cls(client=redis.Redis(connection_pool=pool), ttl_s=ttl_s, limits=limits)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
