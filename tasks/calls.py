@@ -134,15 +134,23 @@ def _seal_when_retries_run_out(
 
 @signals.worker_init.connect
 def _check_runtime(**_: Any) -> None:
-    """Fails the worker at start, not on the first call, when the registry cannot be loaded
-    or the broker's visibility timeout is shorter than a tool's timeout."""
-    runtime = get_runtime()
-    longest = runtime.registry.longest_timeout_s
-    if runtime.settings.visibility_timeout_s <= longest:
-        raise ConfigurationError(
-            f"visibility_timeout_s ({runtime.settings.visibility_timeout_s}) must exceed the "
-            f"longest tool timeout ({longest:.0f}s), or a second worker would run the same call"
-        )
+    """Stops the worker at start, not at its first call, when the registry cannot be loaded
+    or the broker's visibility timeout is not above every tool's timeout.
+
+    ``SystemExit``, because Celery logs and swallows a signal receiver's ``Exception``.
+    """
+    try:
+        runtime = get_runtime()
+        longest = runtime.registry.longest_timeout_s
+        if runtime.settings.visibility_timeout_s <= longest:
+            raise ConfigurationError(
+                f"visibility_timeout_s ({runtime.settings.visibility_timeout_s}) must exceed "
+                f"the longest tool timeout ({longest:.0f}s), or a second worker would run a "
+                "call that is still running"
+            )
+    except ConfigurationError as exc:
+        logger.critical("tool-boundary worker cannot start: %s", exc.problem)
+        raise SystemExit(f"tool-boundary worker cannot start: {exc.problem}") from None
     logger.info(
         "tool-boundary worker: %d tool(s), longest timeout %.0fs", len(runtime.registry), longest
     )

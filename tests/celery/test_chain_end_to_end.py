@@ -161,3 +161,66 @@ def test_broker_down_at_dispatch(redis_client: redis.Redis, broker: str) -> None
     assert elapsed < 15
     # And the broker's address never reaches the outcome
     assert "127.0.0.1" not in outcome.model_dump_json()
+
+
+def test_outcome_of_an_unknown_call_is_record_not_found_at_once(
+    celery_boundary: ToolBoundary,
+) -> None:
+    started = time.monotonic()
+    outcome = celery_boundary.outcome(RUN.run_id, "never-submitted", timeout=30)
+    assert_error(outcome, ErrorCode.RECORD_NOT_FOUND)
+    assert time.monotonic() - started < 1
+
+
+def test_outcome_falls_back_to_the_record_when_the_celery_result_is_gone(
+    celery_boundary: ToolBoundary, celery_session_app: Any
+) -> None:
+    # Given a finished call whose Celery result has been deleted
+    first = invoke(celery_boundary, "c1", "lookup", {"query": "q"})
+    key = CanonicalKey(run_id=RUN.run_id, tool_call_id="c1")
+    celery_session_app.AsyncResult(key.task_id("project")).forget()
+    # When its outcome is asked for again
+    again = celery_boundary.outcome(RUN.run_id, "c1", timeout=5)
+    # Then the record answers, with the same outcome
+    assert again == first
+
+
+def test_outcome_of_a_record_sealed_without_a_celery_result_does_not_wait(
+    celery_boundary: ToolBoundary,
+) -> None:
+    # Given a record sealed by someone else than the project task (as the reaper does),
+    # whose chain never ran: no Celery result will ever be written
+    store = get_runtime().store
+    key = CanonicalKey(run_id=RUN.run_id, tool_call_id="c1")
+    created = store.create(
+        key,
+        tool_name="lookup",
+        request="{}",
+        deadline=None,
+        reap_at=datetime.now(UTC),
+        max_run_calls=None,
+        max_tool_calls=None,
+    )
+    assert created.seq == 1
+    store.seal_error(key, ErrorCode.WORKER_LOST)
+    # When
+    started = time.monotonic()
+    outcome = celery_boundary.outcome(RUN.run_id, "c1", timeout=30)
+    # Then the record answers at once
+    assert_error(outcome, ErrorCode.WORKER_LOST)
+    assert time.monotonic() - started < 1
+
+
+def test_outcome_raises_timeout_while_the_call_is_still_projecting(
+    celery_boundary: ToolBoundary,
+) -> None:
+    envelope = ToolCallEnvelope(
+        run_id=RUN.run_id, tool_call_id="c1", tool_name="sleepy", arguments={"seconds": 3}
+    )
+    assert celery_boundary.submit(envelope, RUN).accepted
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        celery_boundary.outcome(RUN.run_id, "c1", timeout=0.5)
+    assert 0.4 < time.monotonic() - started < 2
+    # and the call still ends normally afterwards
+    assert celery_boundary.outcome(RUN.run_id, "c1", timeout=30).status is InvocationStatus.READY

@@ -173,3 +173,15 @@ def test_whole_worker_killed_call_is_reaped_and_redelivery_does_not_run_it_again
     assert get_runtime().store.get(key) == sealed
     assert_ended_once(redis_client, key)
     print(f"whole-worker kill reaped in {settled:.2f}s")
+
+
+def test_worker_refuses_to_start_when_visibility_timeout_is_below_a_tool_timeout(
+    isolated: tuple[Settings, Celery, ToolBoundary], tmp_path: Path
+) -> None:
+    settings = isolated[0].model_copy(update={"visibility_timeout_s": 5})  # sleepy: 8 s
+    with (
+        pytest.raises(RuntimeError, match="did not start") as failed,
+        celery_process(settings, *worker_args("short-vt"), log=tmp_path / "w.log", timeout_s=20),
+    ):
+        pass
+    assert "must exceed the longest tool timeout" in str(failed.value)
