@@ -158,7 +158,8 @@ class ToolBoundary:
         is a stale one (of an expired record with the same ids) and is ignored.
         """
         give_up = None if timeout is None else time.monotonic() + timeout
-        stale = False
+        # Set once the dispatcher's wait is of no use: only the record is polled from then on.
+        poll_only = False
         read = read_first
         while True:
             if read:
@@ -176,12 +177,18 @@ class ToolBoundary:
             if left is not None and left <= 0:
                 raise TimeoutError(f"call {key.tool_call_id} is still running")
             slice_s = self.poll_s if left is None else min(left, self.poll_s)
-            if stale:
+            if poll_only:
                 time.sleep(slice_s)
-            elif self.dispatcher.wait(key, slice_s) is not None:
+                continue  # back to reading the record
+            started = time.monotonic()
+            if self.dispatcher.wait(key, slice_s) is not None:
                 # Woken by a result: read the record once more; if it is still PROJECTING,
                 # that result was stale and only the record is polled from now on.
-                stale = True
+                poll_only = True
+            elif time.monotonic() - started < slice_s / 2:
+                # The dispatcher cannot wait (the in-process one answers at once): poll the
+                # record every slice rather than spin on it.
+                poll_only = True
 
     def invoke(
         self, envelope: ToolCallEnvelope, run: RunContext, timeout: float | None = None

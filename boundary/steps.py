@@ -90,7 +90,13 @@ def _run_bounded(spec_executor: Any, arguments: dict[str, Any], timeout_s: float
     if not done.wait(max(timeout_s, 0.0)):
         raise ToolTimeout()
     if "error" in box:
-        raise box["error"]
+        error: BaseException = box["error"]
+        if not isinstance(error, Exception):
+            # SystemExit or KeyboardInterrupt raised by the tool in its own thread ends no
+            # process: it is the tool failing, and must not tear down the caller (nor leave
+            # the record PROJECTING).
+            raise RuntimeError("the tool raised a BaseException") from None
+        raise error
     return box["value"]
 
 

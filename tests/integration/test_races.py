@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,7 @@ from tests.helpers import (
     envelope,
     key_of,
     make_run,
+    monitored,
     record_keys,
     register,
 )
@@ -249,3 +251,25 @@ def test_a_burst_beyond_the_connection_pool_waits_instead_of_failing(
     # Then every call is served: a burst waits for a connection, it is not STORE_UNAVAILABLE
     assert found == [20] * 150
     store.client.close()
+
+
+def test_outcome_read_by_another_thread_waits_without_hammering_redis(
+    boundary: ToolBoundary, registry: ToolRegistry, redis_client: redis.Redis
+) -> None:
+    # Given a slow tool running in one thread (the in-process dispatcher runs it at submit)
+    release = threading.Event()
+    register(registry, FakeTool(during=lambda arguments: release.wait(5)))
+    runner = threading.Thread(target=lambda: boundary.submit(envelope("call_1"), make_run()))
+    runner.start()
+    while not redis_client.exists(keys.record_key(key_of("call_1"))):
+        time.sleep(0.005)
+    # When another thread asks for its outcome while it still runs
+    with monitored(redis_client) as commands, pytest.raises(TimeoutError):
+        boundary.outcome(RUN_ID, "call_1", timeout=0.5)
+    release.set()
+    runner.join(5)
+    # Then it polled the record a few times, not in a busy loop
+    reads = [c for c in commands if c.startswith("hgetall")]
+    assert 1 <= len(reads) <= 10
+    # And once the call completes, the same question gets the READY outcome
+    assert boundary.outcome(RUN_ID, "call_1", timeout=5).status == "READY"

@@ -497,6 +497,23 @@ def test_tool_execution_throws(
             assert leak not in text
 
 
+@pytest.mark.parametrize("error", [SystemExit(1), KeyboardInterrupt()], ids=repr)
+def test_tool_calling_sys_exit_fails_like_any_tool_error(
+    boundary: ToolBoundary,
+    registry: ToolRegistry,
+    store: RedisCanonicalStore,
+    error: BaseException,
+) -> None:
+    # Given a tool that calls sys.exit() (or is interrupted) inside its own code
+    _tool, projector = register(registry, FakeTool(RAW, error=error))
+    # When the call is invoked
+    outcome = invoke(boundary)
+    # Then the boundary is not torn down: the record is sealed ERROR like any tool failure
+    assert outcome == ToolOutcome.error("call_1", ErrorCode.TOOL_EXECUTION_FAILED)
+    assert stored(store).status is InvocationStatus.ERROR
+    assert projector.calls.value == 0
+
+
 def test_tool_returning_non_json_data_fails_safely(
     boundary: ToolBoundary, registry: ToolRegistry, store: RedisCanonicalStore
 ) -> None:
