@@ -48,8 +48,12 @@ class RunProgressProjector:
     def exclusion(self, run_id: str, entry: ProgressEntry, now: float) -> str | None:
         """Why ``entry`` cannot become a fact of ``run_id``, or ``None`` when it can."""
         record = entry.record
+        if entry.key is None:
+            return MISSING  # not an identity: it points to no record
         if entry.key.run_id != run_id:
             return CROSS_RUN
+        if entry.unreadable:
+            return ERROR
         if record is None:
             return EXPIRED if now >= entry.expires_at else MISSING
         if record.run_id != run_id or record.tool_call_id != entry.key.tool_call_id:
@@ -77,13 +81,18 @@ class RunProgressProjector:
                 continue
             record = entry.record
             assert record is not None and record.evidence_status is not None
-            fact = ObservedFact(
-                tool_call_id=record.tool_call_id,
-                tool_name=record.tool_name,
-                evidence_status=record.evidence_status,
-                result=json.loads(record.agent_result) if record.agent_result else None,
-                scope=json.loads(record.scope) if record.scope else None,
-            )
+            try:
+                fact = ObservedFact(
+                    tool_call_id=record.tool_call_id,
+                    tool_name=record.tool_name,
+                    evidence_status=record.evidence_status,
+                    result=json.loads(record.agent_result) if record.agent_result else None,
+                    scope=json.loads(record.scope) if record.scope else None,
+                )
+            except ValueError:
+                # A result that is not JSON was not written by this code: not evidence.
+                excluded[ERROR] += 1
+                continue
             size = utf8_size(canonical_json(fact.model_dump(mode="json")))
             # Facts stay a prefix in acceptance order: once one does not fit, the rest are cut.
             if omitted or len(facts) >= self.max_facts or used_bytes + size > self.max_facts_bytes:

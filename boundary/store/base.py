@@ -58,11 +58,16 @@ class WriteStatus(StrEnum):
 class ProgressEntry:
     """One indexed identity of a run's progress set, and the record it points to (if any)."""
 
-    key: CanonicalKey
+    #: ``None`` when the member is not an identity this code wrote: it points to no record.
+    key: CanonicalKey | None
     seq: int
     #: When the record was due to expire, epoch seconds (recorded at seal).
     expires_at: float
+    #: ``None`` when missing or expired; never read for another run's identity. Read
+    #: without its raw response (``raw`` is ``None``): a run projection never uses it.
     record: CanonicalRecord | None
+    #: The record exists but holds fields this code did not write, so it cannot be read.
+    unreadable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +125,8 @@ class CanonicalStore(ABC):
 
     @abstractmethod
     def progress(self, run_id: str) -> list[ProgressEntry]:
-        """The run's completed identities in acceptance order, each with its record."""
+        """The run's completed identities in acceptance order, each with its record (without
+        the raw response). Never touches the expiry."""
 
     @abstractmethod
     def due_pending(self, now: datetime, limit: int = 1000) -> list[CanonicalKey]:

@@ -6,6 +6,7 @@ which never touches expiry. Every driver error becomes ``StoreUnavailable``/``St
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -81,6 +82,25 @@ def _from_ms(value: str | None) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
+#: What a run projection reads of each record: everything but the raw response, which it
+#: never uses and which may be up to ``max_raw_bytes`` per call.
+_PROGRESS_FIELDS = (
+    "run_id",
+    "tool_call_id",
+    "tool_name",
+    "status",
+    "evidence_status",
+    "request",
+    "agent_result",
+    "scope",
+    "error_code",
+    "seq",
+    "created_at",
+    "updated_at",
+    "deadline",
+)
+
+
 def _decode_record(fields: dict[str, str]) -> CanonicalRecord:
     try:
         return CanonicalRecord(
@@ -102,6 +122,21 @@ def _decode_record(fields: dict[str, str]) -> CanonicalRecord:
     except (KeyError, ValueError, ValidationError):
         # A record this code did not write: refuse it rather than guess.
         raise StoreError(ErrorCode.STORE_UNAVAILABLE) from None
+
+
+def _progress_member(member: str, score: float) -> tuple[CanonicalKey | None, int, float]:
+    """``run_id:tool_call_id:expires_at_ms`` as written by ``seal.lua``; a member this code
+    did not write keeps its place (and is counted) but points to no record."""
+    identity, _, expires_ms = member.rpartition(":")
+    try:
+        key: CanonicalKey | None = CanonicalKey.from_identity(identity)
+    except ValidationError:
+        key = None
+    try:
+        expires_at = int(expires_ms) / 1000
+    except ValueError:
+        expires_at = math.inf
+    return key, int(score), expires_at
 
 
 class RedisCanonicalStore(CanonicalStore):
@@ -235,31 +270,33 @@ class RedisCanonicalStore(CanonicalStore):
             members: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
                 keys.progress_key(run_id), 0, -1, withscores=True
             )
-        parsed: list[tuple[CanonicalKey, int, float]] = []
-        for member, score in members:
-            identity, _, expires_ms = member.rpartition(":")
-            try:
-                parsed.append(
-                    (CanonicalKey.from_identity(identity), int(score), int(expires_ms) / 1000)
-                )
-            except (ValueError, ValidationError):
-                continue  # not an identity this code wrote; it cannot become a fact
-        if not parsed:
-            return []
-        with _translated():
-            pipe = self.client.pipeline(transaction=False)
-            for key, _, _ in parsed:
-                pipe.hgetall(keys.record_key(key))
-            replies = pipe.execute()
-        return [
-            ProgressEntry(
-                key=key,
-                seq=seq,
-                expires_at=expires_at,
-                record=_decode_record(fields) if fields else None,
-            )
-            for (key, seq, expires_at), fields in zip(parsed, replies, strict=True)
-        ]
+        parsed = [_progress_member(member, score) for member, score in members]
+        # Only this run's records are read: another run's identity is excluded unread.
+        own = [key for key, _, _ in parsed if key is not None and key.run_id == run_id]
+        if own:
+            with _translated():
+                pipe = self.client.pipeline(transaction=False)
+                for own_key in own:
+                    pipe.hmget(keys.record_key(own_key), _PROGRESS_FIELDS)
+                replies: list[list[str | None]] = pipe.execute()
+        else:
+            replies = []
+        found = {
+            k.identity: {f: v for f, v in zip(_PROGRESS_FIELDS, values, strict=True) if v}
+            for k, values in zip(own, replies, strict=True)
+        }
+        entries = []
+        for key, seq, expires_at in parsed:
+            fields = found.get(key.identity) if key is not None else None
+            record: CanonicalRecord | None = None
+            unreadable = False
+            if fields:
+                try:
+                    record = _decode_record(fields)
+                except StoreError:
+                    unreadable = True  # excluded, rather than failing the whole run
+            entries.append(ProgressEntry(key, seq, expires_at, record, unreadable))
+        return entries
 
     def due_pending(self, now: datetime, limit: int = 1000) -> list[CanonicalKey]:
         due: list[CanonicalKey] = []
