@@ -1,0 +1,435 @@
+"""``tool-boundary``: look at records and runs, and reprocess run projections, without
+writing Redis commands.
+
+For operators (the Harness side): ``show --raw`` prints a raw tool response. Every command
+reads the ``TOOL_BOUNDARY_*`` settings, has ``--json`` for scripts, and exits with one of the
+``EXIT_*`` codes below; a failure prints one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, Annotated, Any, NoReturn
+from urllib.parse import urlsplit
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from boundary import (
+    CanonicalKey,
+    CanonicalRecord,
+    EvidenceStatus,
+    ObservedFacts,
+    RedisCanonicalStore,
+    StoreError,
+    StoreUnavailable,
+)
+from boundary.models import is_safe_id
+from tasks.runs import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_CHUNK_TIMEOUT_S,
+    BatchSummary,
+    ReprojectError,
+    observe_run,
+    reproject,
+)
+from tasks.settings import Settings
+
+#: Success.
+EXIT_OK = 0
+#: The record or run does not exist (or has expired).
+EXIT_NOT_FOUND = 1
+#: Bad usage: unknown command or option, a missing or unsafe id, bad settings.
+EXIT_USAGE = 2
+#: The store, broker or result backend is unreachable, or some runs could not be reprocessed.
+EXIT_UNAVAILABLE = 3
+
+#: Display of a record's JSON fields: cut past this many characters (``--json`` never cuts).
+SHOW_CELL_CHARS = 2000
+#: The same for a fact's result or scope in ``observe``.
+FACT_CELL_CHARS = 200
+
+cli = typer.Typer(
+    name="tool-boundary",
+    help="Look at canonical tool-call records and runs; reprocess run projections.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+RunArg = Annotated[str, typer.Argument(help="The run id.", show_default=False)]
+
+
+# --- plumbing -----------------------------------------------------------------------------
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _where(url: str) -> str:
+    """Host, port and DB of a Redis URL, never its credentials."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme == "unix":
+            return parts.path or "?"
+        host = parts.hostname or "?"
+        return f"{host}:{parts.port or 6379}/{parts.path.lstrip('/') or '0'}"
+    except ValueError:
+        return "?"
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        names = sorted({"TOOL_BOUNDARY_" + str(e["loc"][0]).upper() for e in exc.errors()})
+        _fail(f"invalid settings: {', '.join(names)}", EXIT_USAGE)
+
+
+def _store(settings: Settings) -> RedisCanonicalStore:
+    try:
+        return RedisCanonicalStore.from_url(
+            settings.store_url, ttl_s=settings.ttl_s, limits=settings.limits
+        )
+    except ValueError:
+        _fail("TOOL_BOUNDARY_REDIS_URL is not a Redis URL", EXIT_USAGE)
+
+
+@contextmanager
+def _reaching(settings: Settings) -> Iterator[None]:
+    """Turns an unreachable store, broker or backend into one line and ``EXIT_UNAVAILABLE``."""
+    try:
+        yield
+    except StoreUnavailable as exc:
+        where = _where(settings.store_url)
+        _fail(f"the store at {where} is unreachable ({exc.code.value})", EXIT_UNAVAILABLE)
+    except StoreError as exc:
+        where = _where(settings.store_url)
+        _fail(f"the store at {where} failed ({exc.code.value})", EXIT_UNAVAILABLE)
+    except ReprojectError as exc:
+        url = settings.broker if exc.part == "broker" else settings.backend
+        _fail(
+            f"the {exc.part} at {_where(url)} is unreachable ({exc.code.value})", EXIT_UNAVAILABLE
+        )
+
+
+def _require_id(value: str, what: str) -> str:
+    if not is_safe_id(value):
+        _fail(f"{what} {value!r} is not a safe identifier", EXIT_USAGE)
+    return value
+
+
+def _dumps(value: Any) -> str:
+    """JSON for scripts: ASCII only, so it is safe on any terminal and parses back as is."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
+
+
+def _printable(text: str) -> str:
+    """Escapes control and format characters (terminal escapes, bidi overrides) that tool
+    output could carry into an operator's terminal; keeps newlines and tabs."""
+    return "".join(
+        c if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf") else f"\\u{ord(c):04x}"
+        for c in text
+    )
+
+
+def _parsed(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _pretty(value: Any, limit: int) -> Text:
+    text = json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text) - limit} more characters; --json shows all)"
+    return Text(_printable(text))
+
+
+# --- show ---------------------------------------------------------------------------------
+
+
+def _record_json(record: CanonicalRecord, raw: bool) -> dict[str, Any]:
+    fields = record.model_dump(mode="json", exclude={"raw"})
+    for name in ("request", "agent_result", "scope"):
+        fields[name] = _parsed(fields[name])
+    fields["raw_bytes"] = None if record.raw is None else len(record.raw.encode("utf-8"))
+    if raw:
+        fields["raw"] = _parsed(record.raw)
+    return fields
+
+
+#: The fields ``show`` prints, in this order (the raw response comes last, if asked for).
+_SHOWN_FIELDS = (
+    "run_id",
+    "tool_call_id",
+    "tool_name",
+    "status",
+    "evidence_status",
+    "error_code",
+    "seq",
+    "created_at",
+    "updated_at",
+    "deadline",
+    "request",
+    "agent_result",
+    "scope",
+    "raw_bytes",
+)
+
+
+@cli.command()
+def show(
+    run_id: RunArg,
+    call_id: Annotated[str, typer.Argument(help="The framework's tool call id.")],
+    raw: Annotated[bool, typer.Option("--raw", help="Also print the raw tool response.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """The canonical record of one call (the Harness view); the raw response only with --raw."""
+    key = CanonicalKey(
+        run_id=_require_id(run_id, "run id"), tool_call_id=_require_id(call_id, "call id")
+    )
+    settings = _settings()
+    with _reaching(settings):
+        record = _store(settings).get(key)
+    if record is None:
+        _fail(f"no record for call {call_id} of run {run_id} (RECORD_NOT_FOUND)", EXIT_NOT_FOUND)
+    fields = _record_json(record, raw)
+    if as_json:
+        typer.echo(_dumps(fields))
+        return
+    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for name in _SHOWN_FIELDS:
+        value = fields[name]
+        if name in ("request", "agent_result", "scope"):
+            table.add_row(name, _pretty(value, SHOW_CELL_CHARS))
+        else:
+            table.add_row(name, Text(_printable("-" if value is None else str(value))))
+    if record.raw is None:
+        table.add_row("raw", Text("none"))
+    elif raw:
+        table.add_row("raw", _pretty(fields["raw"], SHOW_CELL_CHARS))
+    else:
+        table.add_row("raw", Text(f"{fields['raw_bytes']} bytes, hidden (--raw shows it)"))
+    Console(highlight=False).print(table)
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+
+@cli.command()
+def runs(as_json: JsonFlag = False) -> None:
+    """Every live run (found by SCAN) with its calls counted by status."""
+    settings = _settings()
+    with _reaching(settings):
+        store = _store(settings)
+        summaries = [s for s in (store.run_summary(r) for r in sorted(store.run_ids())) if s]
+    rows = [
+        {
+            "run_id": s.run_id,
+            "calls": s.calls,
+            "ready": s.ready,
+            "error": s.error,
+            "projecting": s.projecting,
+        }
+        for s in summaries
+    ]
+    if as_json:
+        typer.echo(_dumps(rows))
+        return
+    if not rows:
+        typer.echo("no runs")
+        return
+    table = Table("run", "calls", "ready", "error", "projecting")
+    for row in rows:
+        table.add_row(*(str(row[c]) for c in ("run_id", "calls", "ready", "error", "projecting")))
+    Console(highlight=False).print(table)
+
+
+# --- observe ------------------------------------------------------------------------------
+
+
+def _compact(value: Any, limit: int) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    if len(text) > limit:
+        text = f"{text[:limit]}... (+{len(text) - limit} characters; --json shows all)"
+    return _printable(text)
+
+
+def _print_facts(facts: ObservedFacts) -> None:
+    console = Console(highlight=False, soft_wrap=True)
+    negative = sum(1 for f in facts.facts if f.negative)
+    excluded = ", ".join(f"{k} {v}" for k, v in sorted(facts.excluded.items())) or "none"
+    console.print(
+        Text(
+            f"run {facts.run_id}: {len(facts.facts)} fact(s), {facts.evidence_count} with "
+            f"evidence, {negative} negative; omitted by the bounds {facts.omitted}; "
+            f"excluded: {excluded}"
+        )
+    )
+    for number, fact in enumerate(facts.facts, start=1):
+        evidence = fact.evidence_status.value
+        if fact.evidence_status is EvidenceStatus.NO_EVIDENCE:
+            evidence += " (negative)"
+        console.print(
+            Text(f"{number:>3}. {fact.tool_call_id}  {_printable(fact.tool_name)}  {evidence}")
+        )
+        if fact.result is not None:
+            console.print(Text(f"     result: {_compact(fact.result, FACT_CELL_CHARS)}"))
+        if fact.scope is not None:
+            console.print(Text(f"     scope:  {_compact(fact.scope, FACT_CELL_CHARS)}"))
+
+
+@cli.command()
+def observe(run_id: RunArg, as_json: JsonFlag = False) -> None:
+    """The run's observed facts: its READY calls in acceptance order, within the bounds."""
+    _require_id(run_id, "run id")
+    settings = _settings()
+    with _reaching(settings):
+        store = _store(settings)
+        facts = observe_run(store, run_id)
+        empty = not (facts.facts or facts.excluded or facts.omitted)
+        if empty and store.run_summary(run_id) is None:
+            _fail(f"no run {run_id} (RECORD_NOT_FOUND)", EXIT_NOT_FOUND)
+    if as_json:
+        typer.echo(_dumps(facts.model_dump(mode="json")))
+    else:
+        _print_facts(facts)
+
+
+# --- reproject ----------------------------------------------------------------------------
+
+
+def _runs_to_reproject(store: RedisCanonicalStore, runs: list[str], all_runs: bool) -> list[str]:
+    if all_runs:
+        return sorted(store.run_ids())
+    unique = list(dict.fromkeys(runs))
+    unknown = [r for r in unique if store.run_summary(r) is None]
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        _fail(f"no run {shown} (RECORD_NOT_FOUND); nothing was reprocessed", EXIT_NOT_FOUND)
+    return unique
+
+
+def _open_out(path: str) -> IO[str]:
+    if path == "-":
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8")  # closed by the caller
+    except OSError as exc:
+        _fail(f"cannot write {path}: {exc.strerror}", EXIT_USAGE)
+
+
+def _print_summary(summary: dict[str, Any], as_json: bool, to_stderr: bool) -> None:
+    if as_json:
+        typer.echo(_dumps(summary), err=to_stderr)
+        return
+    table = Table(
+        "runs",
+        "projected",
+        "failed",
+        "facts",
+        "evidence",
+        "negative",
+        "excluded",
+        "omitted",
+        "elapsed",
+        title="reprocessed",
+    )
+    failed = ", ".join(f"{k} {v}" for k, v in summary["failed"].items()) or "0"
+    excluded = ", ".join(f"{k} {v}" for k, v in summary["excluded"].items()) or "0"
+    table.add_row(
+        *(str(summary[c]) for c in ("runs", "projected")),
+        failed,
+        *(str(summary[c]) for c in ("facts", "evidence", "negative")),
+        excluded,
+        str(summary["omitted"]),
+        f"{summary['elapsed_s']:.2f}s",
+    )
+    Console(stderr=to_stderr, highlight=False).print(table)
+
+
+@cli.command(name="reproject")
+def reproject_command(
+    *,
+    run: Annotated[
+        list[str] | None, typer.Option("--run", help="A run to reprocess (repeatable).")
+    ] = None,
+    all_runs: Annotated[bool, typer.Option("--all", help="Every live run (SCAN).")] = False,
+    out: Annotated[
+        str, typer.Option("--out", help="File for the JSON lines of facts; - is stdout.")
+    ] = "-",
+    chunk_size: Annotated[
+        int, typer.Option("--chunk-size", min=1, help="Runs per Celery group.")
+    ] = DEFAULT_CHUNK_SIZE,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds to wait for one group.")
+    ] = DEFAULT_CHUNK_TIMEOUT_S,
+    as_json: JsonFlag = False,
+) -> None:
+    """Reprocess run projections through Celery workers: one JSON line of facts per run.
+
+    The summary goes to stdout when --out names a file, else to stderr (stdout then holds
+    only the JSON lines). Reprocessing only reads: no canonical record changes.
+    """
+    runs = run or []
+    if bool(runs) == all_runs:
+        _fail("give --run RUN (repeatable) or --all, not both", EXIT_USAGE)
+    for run_id in runs:
+        _require_id(run_id, "run id")
+    settings = _settings()
+    started = time.monotonic()
+    with _reaching(settings):
+        run_ids = _runs_to_reproject(_store(settings), runs, all_runs)
+        stream = _open_out(out)
+        err = Console(stderr=True)
+        summary = BatchSummary()
+        try:
+            with Progress(
+                TextColumn("reprocessing"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err,
+                disable=not err.is_terminal,
+            ) as progress:
+                bar = progress.add_task("runs", total=len(run_ids))
+                for line in reproject(
+                    run_ids,
+                    chunk_size=chunk_size,
+                    chunk_timeout_s=timeout,
+                    on_done=lambda: progress.advance(bar),
+                ):
+                    stream.write(_dumps(line) + "\n")
+                    summary.add(line)
+        finally:
+            if stream is not sys.stdout:
+                stream.close()
+            else:
+                stream.flush()
+    totals = summary.as_dict() | {"elapsed_s": round(time.monotonic() - started, 3)}
+    _print_summary(totals, as_json, to_stderr=out == "-")
+    if summary.failed:
+        raise typer.Exit(EXIT_UNAVAILABLE)
+
+
+def main() -> None:
+    """The ``tool-boundary`` console script."""
+    cli()

@@ -1,0 +1,320 @@
+"""Run projection and batch reprocessing through a real Celery worker thread, on a real Redis
+broker, result backend and store."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from typer.testing import CliRunner
+
+import tasks.calls
+import tasks.cli
+import tasks.runs
+from boundary import (
+    EvidenceStatus,
+    InProcessDispatcher,
+    RedisCanonicalStore,
+    RunContext,
+    ToolBoundary,
+    ToolCallEnvelope,
+)
+from boundary.store import keys
+from tasks.cli import EXIT_OK, EXIT_UNAVAILABLE, cli
+from tasks.runs import ReprojectError, observe_run, project_run, reproject
+from tasks.settings import Settings
+from tests.celery_tools import registry
+from tests.conftest import BACKEND_DB, BROKER_DB, STORE_DB, redis_url
+from tests.helpers import binary_client
+
+TOOLS = frozenset(spec.name for spec in registry)
+#: A queue no worker consumes, for results that never come.
+NOBODY_QUEUE = "tb-test-nobody-listens"
+
+
+def run_context(run_id: str) -> RunContext:
+    return RunContext(run_id=run_id, authorized_tools=TOOLS)
+
+
+def envelope(run_id: str, call_id: str, tool: str, arguments: dict[str, Any]) -> ToolCallEnvelope:
+    return ToolCallEnvelope(
+        run_id=run_id, tool_call_id=call_id, tool_name=tool, arguments=arguments
+    )
+
+
+@pytest.fixture
+def cli_env(monkeypatch: pytest.MonkeyPatch, celery_settings: Settings) -> None:
+    """The CLI's settings: the same DBs as the worker's."""
+    monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", celery_settings.store_url)
+    monkeypatch.setenv("TOOL_BOUNDARY_BROKER_URL", celery_settings.broker)
+    monkeypatch.setenv("TOOL_BOUNDARY_RESULT_BACKEND", celery_settings.backend)
+
+
+@pytest.fixture
+def local(redis_client: redis.Redis) -> ToolBoundary:
+    """Writes runs quickly: the same tools and store DB as the worker, steps in-process."""
+    store = RedisCanonicalStore(client=redis_client, ttl_s=600)
+    return ToolBoundary(
+        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
+    )
+
+
+def write_run(boundary: ToolBoundary, run_id: str) -> None:
+    """A run of two READY calls: one with evidence, one scoped NO_EVIDENCE."""
+    run = run_context(run_id)
+    for call_id, query in (("c1", "timeouts"), ("c2", "nothing")):
+        outcome = boundary.invoke(envelope(run_id, call_id, "lookup", {"query": query}), run)
+        assert outcome.error_code is None
+
+
+# --- the task ---------------------------------------------------------------------------------
+
+
+def test_project_run_through_the_worker_returns_the_runs_facts(
+    celery_boundary: ToolBoundary,
+) -> None:
+    run = run_context("run-p1")
+    for call_id, tool, query in (
+        ("c1", "lookup", "timeouts"),
+        ("c2", "lookup", "nothing"),
+        ("c3", "boom", "x"),
+    ):
+        celery_boundary.invoke(envelope(run.run_id, call_id, tool, {"query": query}), run, 30)
+
+    line = project_run.delay(run.run_id).get(timeout=30)
+
+    assert line == celery_boundary.observe(run).model_dump(mode="json")
+    assert [f["tool_call_id"] for f in line["facts"]] == ["c1", "c2"]
+    assert line["facts"][1]["evidence_status"] == EvidenceStatus.NO_EVIDENCE.value
+    assert line["facts"][1]["scope"] == {"query": "nothing"}
+    assert line["excluded"] == {"error": 1}
+
+
+def test_slow_first_call_and_fast_second_call_keep_acceptance_order(
+    celery_boundary: ToolBoundary,
+) -> None:
+    # Given a slow first call and a fast second call, running at once on the worker
+    run = run_context("run-order")
+    slow = celery_boundary.submit(
+        envelope(run.run_id, "c-slow", "sleepy", {"seconds": 1.0, "n": 1}), run
+    )
+    fast = celery_boundary.submit(
+        envelope(run.run_id, "c-fast", "lookup", {"query": "timeouts"}), run
+    )
+    assert slow.accepted and fast.accepted
+    assert celery_boundary.outcome(run.run_id, "c-fast", timeout=30).error_code is None
+    assert celery_boundary.outcome(run.run_id, "c-slow", timeout=30).error_code is None
+    store = celery_boundary.store
+    assert slow.key is not None and fast.key is not None
+    slow_record, fast_record = store.get(slow.key), store.get(fast.key)
+    assert slow_record is not None and fast_record is not None
+    assert fast_record.updated_at < slow_record.updated_at  # the fast one completed first
+
+    # When the run is projected by the worker
+    line = project_run.delay(run.run_id).get(timeout=30)
+
+    # Then the facts follow acceptance order, not completion order
+    assert [f["tool_call_id"] for f in line["facts"]] == ["c-slow", "c-fast"]
+
+
+def test_project_run_of_an_unsafe_id_returns_an_error_line() -> None:
+    assert project_run("run{1}") == {"run_id": None, "error": "INVALID_RUN_ID"}
+
+
+def test_project_run_never_lets_a_store_failure_escape(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RedisCanonicalStore.from_url(
+        "redis://:hunter2-pw@127.0.0.1:1/0", socket_connect_timeout=0.2
+    )
+    monkeypatch.setattr(tasks.runs, "get_runtime", lambda: SimpleNamespace(store=store))
+    monkeypatch.setattr(tasks.calls, "STORE_RETRY_DELAY_S", 0.01)
+
+    with caplog.at_level(logging.ERROR):
+        line = project_run("run-1")
+
+    assert line == {"run_id": "run-1", "error": "STORE_UNAVAILABLE"}
+    assert "StoreUnavailable" in caplog.text
+    assert "hunter2" not in caplog.text
+
+
+# --- reprocessing -----------------------------------------------------------------------------
+
+
+def record_snapshot(redis_client: redis.Redis) -> dict[bytes, tuple[dict[bytes, bytes], int]]:
+    """Every record's fields, byte for byte, and its remaining TTL in ms."""
+    client = binary_client(redis_client)
+    try:
+        names = sorted(client.scan_iter(match=b"tb:{*}:call:*", count=1000))
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(name)
+            pipe.pttl(name)
+        replies = pipe.execute()
+    finally:
+        client.close()
+    return {name: (replies[2 * i], replies[2 * i + 1]) for i, name in enumerate(names)}
+
+
+@pytest.mark.slow
+def test_reprocessing_1000_runs_writes_1000_lines_and_changes_no_record(
+    celery_boundary: ToolBoundary,
+    local: ToolBoundary,
+    redis_client: redis.Redis,
+    cli_env: None,
+    tmp_path: Path,
+) -> None:
+    # Given 1,000 runs of two READY calls, one call deleted in every tenth run
+    run_ids = [f"run-{i:04d}" for i in range(1000)]
+    for run_id in run_ids:
+        write_run(local, run_id)
+    redis_client.delete(
+        *(f"tb:{{{run_id}}}:call:c2" for i, run_id in enumerate(run_ids) if i % 10 == 0)
+    )
+    keys_before = set(redis_client.scan_iter(match="*", count=1000))
+    records_before = record_snapshot(redis_client)
+    progress_before = {r: redis_client.zrange(keys.progress_key(r), 0, -1) for r in run_ids}
+    assert len(records_before) == 1900
+
+    # When every run is reprocessed through the worker
+    out = tmp_path / "facts.jsonl"
+    started = time.monotonic()
+    result = CliRunner().invoke(cli, ["reproject", "--all", "--out", str(out), "--json"])
+    elapsed = time.monotonic() - started
+
+    # Then one line per run, each what observe gives, and a summary
+    assert result.exit_code == EXIT_OK, result.output
+    lines = [json.loads(line) for line in out.read_text("utf-8").splitlines()]
+    assert [line["run_id"] for line in lines] == run_ids
+    store = local.store
+    for line in lines[:50]:
+        assert line == observe_run(store, line["run_id"]).model_dump(mode="json")
+    summary = json.loads(result.stdout)
+    assert summary | {"elapsed_s": 0} == {
+        "runs": 1000,
+        "projected": 1000,
+        "failed": {},
+        "facts": 1900,
+        "evidence": 1000,
+        "negative": 900,
+        "excluded": {"missing": 100},
+        "omitted": 0,
+        "elapsed_s": 0,
+    }
+    assert elapsed < 60
+    # And no record, no key, no index changed; TTLs only ran down
+    records_after = record_snapshot(redis_client)
+    assert records_after.keys() == records_before.keys()
+    for name, (fields, ttl) in records_before.items():
+        fields_after, ttl_after = records_after[name]
+        assert fields_after == fields, name
+        assert 0 < ttl_after <= ttl, name
+    assert set(redis_client.scan_iter(match="*", count=1000)) == keys_before
+    assert {r: redis_client.zrange(keys.progress_key(r), 0, -1) for r in run_ids} == (
+        progress_before
+    )
+
+
+def test_reproject_writes_the_given_runs_to_stdout_in_order(
+    celery_boundary: ToolBoundary, local: ToolBoundary, cli_env: None
+) -> None:
+    for run_id in ("run-a", "run-b", "run-c"):
+        write_run(local, run_id)
+
+    result = CliRunner().invoke(
+        cli, ["reproject", "--run", "run-c", "--run", "run-a", "--run", "run-c"]
+    )
+
+    assert result.exit_code == EXIT_OK, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["run_id"] for line in lines] == ["run-c", "run-a"]
+    assert "reprocessed" in result.stderr  # the human summary stays off stdout
+
+
+def test_reproject_json_summary_goes_to_stderr_when_lines_go_to_stdout(
+    celery_boundary: ToolBoundary, local: ToolBoundary, cli_env: None
+) -> None:
+    write_run(local, "run-a")
+
+    result = CliRunner().invoke(cli, ["reproject", "--run", "run-a", "--json"])
+
+    assert result.exit_code == EXIT_OK, result.output
+    assert json.loads(result.stdout)["run_id"] == "run-a"
+    summary = json.loads(result.stderr)
+    assert (summary["runs"], summary["facts"], summary["negative"]) == (1, 2, 1)
+
+
+def test_reproject_of_no_runs_is_an_empty_success(
+    celery_boundary: ToolBoundary, cli_env: None
+) -> None:
+    result = CliRunner().invoke(cli, ["reproject", "--all", "--json"])
+
+    assert result.exit_code == EXIT_OK, result.output
+    assert result.stdout == ""
+    assert json.loads(result.stderr)["runs"] == 0
+
+
+def clear_queue(name: str) -> None:
+    client = redis.Redis.from_url(redis_url(BROKER_DB))
+    try:
+        client.delete(name, f"_kombu.binding.{name}")
+    finally:
+        client.close()
+
+
+def test_runs_whose_results_never_come_are_reported_timed_out(
+    celery_boundary: ToolBoundary,
+    local: ToolBoundary,
+    celery_session_app: Celery,
+    cli_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a batch sent where no worker listens
+    write_run(local, "run-a")
+    unheard = functools.partial(reproject, queue=NOBODY_QUEUE)
+    monkeypatch.setattr(tasks.cli, "reproject", unheard)
+    try:
+        # When it is reprocessed with a short wait
+        started = time.monotonic()
+        result = CliRunner().invoke(
+            cli, ["reproject", "--run", "run-a", "--timeout", "0.5", "--json"]
+        )
+        waited = time.monotonic() - started
+    finally:
+        clear_queue(NOBODY_QUEUE)
+
+    # Then the wait was bounded, the run's line says so, and the exit code is 3
+    assert waited < 10
+    assert result.exit_code == EXIT_UNAVAILABLE
+    assert json.loads(result.stdout) == {"run_id": "run-a", "error": "TIMED_OUT"}
+    assert json.loads(result.stderr)["failed"] == {"TIMED_OUT": 1}
+
+
+def test_an_unreachable_broker_raises_reproject_error() -> None:
+    unreachable = Celery("tb-test-unreachable")
+    unreachable.conf.update(
+        broker_url="redis://:hunter2-pw@127.0.0.1:1/0",
+        result_backend=redis_url(BACKEND_DB),
+        broker_connection_timeout=0.5,
+        broker_connection_retry=False,
+        task_publish_retry_policy={"max_retries": 0},
+    )
+
+    with pytest.raises(ReprojectError) as raised:
+        list(reproject(["run-a"], celery_app=unreachable))
+
+    assert raised.value.part == "broker"
+    assert "hunter2" not in str(raised.value)
+
+
+def test_store_db_is_the_workers(celery_settings: Settings) -> None:
+    # The CLI's and the worker's store must be the same DB for these tests to mean anything.
+    assert celery_settings.store_url == redis_url(STORE_DB)

@@ -1,0 +1,320 @@
+"""The ``tool-boundary`` CLI through typer's runner, against real Redis: output, ``--json``
+parsed back, and exit codes (0 ok, 1 not found, 2 bad usage, 3 unreachable)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from typer.testing import CliRunner, Result
+
+from boundary import (
+    EvidenceStatus,
+    Projection,
+    RedisCanonicalStore,
+    ToolBoundary,
+    ToolRegistry,
+    ToolSpec,
+)
+from boundary.store import keys
+from tasks.cli import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, cli
+from tests.conftest import STORE_DB, redis_url
+from tests.helpers import (
+    RUN_ID,
+    TOOL,
+    create_projecting,
+    envelope,
+    expiry_commands,
+    key_of,
+    make_run,
+    monitored,
+)
+
+#: Text only the raw response holds.
+RAW_ONLY = "raw-only-c4a2"
+#: A closed port, with a password that must never be printed.
+UNREACHABLE_URL = "redis://:hunter2-pw@127.0.0.1:1/0"
+RUN = make_run()
+
+
+class QueryProjector:
+    def project(self, raw: Any, request: dict[str, Any]) -> Projection:
+        if request["query"] == "nothing":
+            return Projection(evidence_status=EvidenceStatus.NO_EVIDENCE, scope={"q": "nothing"})
+        return Projection(
+            evidence_status=EvidenceStatus.EVIDENCE_FOUND, result={"answer": request["query"]}
+        )
+
+
+def search(arguments: dict[str, Any]) -> dict[str, Any]:
+    if arguments["query"] == "fail":
+        raise RuntimeError("broken")
+    return {"hits": [arguments["query"]], "internal": RAW_ONLY}
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI reads the store's URL from the environment, like in production."""
+    monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", redis_url(STORE_DB))
+
+
+@pytest.fixture
+def tools(registry: ToolRegistry) -> ToolRegistry:
+    registry.register(
+        ToolSpec(name=TOOL, executor=search, projector=QueryProjector(), read_only=True)
+    )
+    return registry
+
+
+@pytest.fixture
+def a_run(boundary: ToolBoundary, tools: ToolRegistry, store: RedisCanonicalStore) -> None:
+    """run-1: c1 READY with evidence, c2 READY without, c3 ERROR, c4 PROJECTING."""
+    for call_id, query in (("c1", "timeout"), ("c2", "nothing"), ("c3", "fail")):
+        boundary.invoke(envelope(call_id, {"query": query}), RUN, timeout=5)
+    create_projecting(store, "c4")
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def one_error_line(result: Result) -> str:
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.stderr + result.stdout
+    return lines[0]
+
+
+# --- show -----------------------------------------------------------------------------------
+
+
+def test_show_prints_the_record_but_not_the_raw_response(env: None, a_run: None) -> None:
+    result = invoke("show", RUN_ID, "c1")
+
+    assert result.exit_code == EXIT_OK, result.stderr
+    for text in ("run-1", "c1", TOOL, "READY", "EVIDENCE_FOUND", '"query": "timeout"'):
+        assert text in result.stdout
+    assert '"answer": "timeout"' in result.stdout
+    assert "hidden (--raw shows it)" in result.stdout
+    assert RAW_ONLY not in result.stdout
+
+
+def test_show_raw_prints_the_raw_response(env: None, a_run: None) -> None:
+    result = invoke("show", RUN_ID, "c1", "--raw")
+
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert RAW_ONLY in result.stdout
+
+
+def test_show_json_parses_back_to_the_record(env: None, a_run: None) -> None:
+    shown = json.loads(invoke("show", RUN_ID, "c1", "--json").stdout)
+    with_raw = json.loads(invoke("show", RUN_ID, "c1", "--json", "--raw").stdout)
+
+    assert shown["run_id"] == RUN_ID
+    assert shown["tool_call_id"] == "c1"
+    assert shown["status"] == "READY"
+    assert shown["evidence_status"] == "EVIDENCE_FOUND"
+    assert shown["request"] == {"query": "timeout"}
+    assert shown["agent_result"] == {"answer": "timeout"}
+    assert shown["seq"] == 1
+    assert "raw" not in shown
+    assert shown["raw_bytes"] == len(json.dumps(with_raw["raw"], separators=(",", ":")))
+    assert with_raw["raw"] == {"hits": ["timeout"], "internal": RAW_ONLY}
+
+
+def test_show_of_an_error_record_gives_its_code(env: None, a_run: None) -> None:
+    shown = json.loads(invoke("show", RUN_ID, "c3", "--json").stdout)
+
+    assert (shown["status"], shown["evidence_status"]) == ("ERROR", "ERROR")
+    assert shown["error_code"] == "TOOL_EXECUTION_FAILED"
+    assert shown["agent_result"] is None
+
+
+def test_show_reads_without_touching_expiry(
+    env: None, a_run: None, redis_client: redis.Redis
+) -> None:
+    ttl_before = redis_client.pttl(keys.record_key(key_of("c1")))
+
+    with monitored(redis_client) as commands:
+        assert invoke("show", RUN_ID, "c1", "--raw").exit_code == EXIT_OK
+
+    assert "hgetall tb:{run-1}:call:c1" in commands
+    assert expiry_commands(commands) == []
+    assert redis_client.pttl(keys.record_key(key_of("c1"))) <= ttl_before
+
+
+def test_show_escapes_terminal_control_characters(
+    env: None, boundary: ToolBoundary, tools: ToolRegistry
+) -> None:
+    boundary.invoke(envelope("c1", {"query": "a\u009b31mred\u202eevil"}), RUN, timeout=5)
+
+    result = invoke("show", RUN_ID, "c1")
+
+    assert "\u009b" not in result.stdout
+    assert "\u202e" not in result.stdout
+    assert "\\u009b31mred\\u202eevil" in result.stdout
+
+
+def test_show_of_an_unknown_record_exits_1(env: None, a_run: None) -> None:
+    result = invoke("show", RUN_ID, "nope")
+
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert "RECORD_NOT_FOUND" in one_error_line(result)
+    assert result.stdout == ""
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+
+def test_runs_lists_each_run_with_counts_by_status(
+    env: None, a_run: None, boundary: ToolBoundary
+) -> None:
+    boundary.invoke(envelope("x1", {"query": "disk"}, run_id="run-2"), make_run("run-2"), timeout=5)
+
+    listed = json.loads(invoke("runs", "--json").stdout)
+    table = invoke("runs")
+
+    assert listed == [
+        {"run_id": "run-1", "calls": 4, "ready": 2, "error": 1, "projecting": 1},
+        {"run_id": "run-2", "calls": 1, "ready": 1, "error": 0, "projecting": 0},
+    ]
+    assert table.exit_code == EXIT_OK
+    assert "run-1" in table.stdout
+    assert "run-2" in table.stdout
+
+
+def test_runs_of_an_empty_store(env: None, redis_client: redis.Redis) -> None:
+    assert json.loads(invoke("runs", "--json").stdout) == []
+    assert invoke("runs").stdout.strip() == "no runs"
+
+
+# --- observe --------------------------------------------------------------------------------
+
+
+def test_observe_json_is_what_the_boundary_observes(
+    env: None, a_run: None, boundary: ToolBoundary
+) -> None:
+    result = invoke("observe", RUN_ID, "--json")
+
+    assert result.exit_code == EXIT_OK, result.stderr
+    observed = json.loads(result.stdout)
+    assert observed == boundary.observe(RUN).model_dump(mode="json")
+    assert [f["tool_call_id"] for f in observed["facts"]] == ["c1", "c2"]
+    assert observed["excluded"] == {"error": 1}
+
+
+def test_observe_marks_no_evidence_facts_negative(env: None, a_run: None) -> None:
+    result = invoke("observe", RUN_ID)
+
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert "2 fact(s), 1 with evidence, 1 negative" in result.stdout
+    assert "NO_EVIDENCE (negative)" in result.stdout
+    assert "excluded: error 1" in result.stdout
+
+
+def test_observe_of_an_unknown_run_exits_1(env: None, a_run: None) -> None:
+    result = invoke("observe", "run-nobody", "--json")
+
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert "run-nobody" in one_error_line(result)
+
+
+# --- reproject (what needs no worker; the rest is in tests/celery/test_reproject.py) --------
+
+
+def test_reproject_of_an_unknown_run_exits_1_before_sending_anything(
+    env: None, a_run: None
+) -> None:
+    result = invoke("reproject", "--run", RUN_ID, "--run", "run-nobody")
+
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert "run-nobody" in one_error_line(result)
+    assert result.stdout == ""
+
+
+# --- exit codes -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["nope"],
+        ["demo"],
+        ["show"],
+        ["show", RUN_ID],
+        ["show", "run 1", "c1"],
+        ["show", RUN_ID, "c{1}"],
+        ["observe", "run:1"],
+        ["reproject"],
+        ["reproject", "--all", "--run", RUN_ID],
+        ["reproject", "--run", "a}b"],
+        ["reproject", "--all", "--chunk-size", "0"],
+        ["runs", "--bogus"],
+    ],
+)
+def test_bad_usage_exits_2(env: None, redis_client: redis.Redis, args: list[str]) -> None:
+    result = invoke(*args)
+
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "Traceback" not in result.output
+
+
+def test_bad_settings_exit_2_with_one_line(env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOL_BOUNDARY_TTL_S", "-5")
+
+    result = invoke("runs")
+
+    assert result.exit_code == EXIT_USAGE
+    assert "TOOL_BOUNDARY_TTL_S" in one_error_line(result)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", RUN_ID, "c1"],
+        ["show", RUN_ID, "c1", "--json", "--raw"],
+        ["runs"],
+        ["runs", "--json"],
+        ["observe", RUN_ID],
+        ["observe", RUN_ID, "--json"],
+        ["reproject", "--all"],
+        ["reproject", "--run", RUN_ID, "--json"],
+    ],
+)
+def test_unreachable_store_gives_one_line_and_exit_3(
+    monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", UNREACHABLE_URL)
+
+    result = invoke(*args)
+
+    assert result.exit_code == EXIT_UNAVAILABLE
+    line = one_error_line(result)
+    assert line == "error: the store at 127.0.0.1:1/0 is unreachable (STORE_UNAVAILABLE)"
+    assert "hunter2" not in result.output
+    assert result.stdout == ""
+
+
+def test_console_script_prints_one_line_when_the_store_is_unreachable() -> None:
+    script = Path(sys.executable).with_name("tool-boundary")
+    env = {"TOOL_BOUNDARY_REDIS_URL": UNREACHABLE_URL, "PATH": "/usr/bin:/bin"}
+
+    done = subprocess.run(
+        [str(script), "observe", RUN_ID],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+    assert done.returncode == EXIT_UNAVAILABLE
+    assert done.stderr == ("error: the store at 127.0.0.1:1/0 is unreachable (STORE_UNAVAILABLE)\n")
+    assert done.stdout == ""
