@@ -77,39 +77,6 @@ def leaky(arguments: dict[str, Any]) -> dict[str, Any]:
     return {"token": SECRET, "dsn": SECRET_URL, "echo": arguments}
 
 
-def build_registry() -> ToolRegistry:
-    hits = HitsProjector()
-    return ToolRegistry(
-        [
-            ToolSpec(name="lookup", executor=lookup, projector=hits, read_only=True),
-            ToolSpec(name="boom", executor=boom, projector=hits, read_only=True),
-            ToolSpec(
-                name="bad_projector", executor=lookup, projector=RaisingProjector(), read_only=True
-            ),
-            ToolSpec(
-                name="invalid_evidence",
-                executor=lookup,
-                projector=InvalidEvidenceProjector(),
-                read_only=True,
-            ),
-            ToolSpec(name="huge_raw", executor=huge_raw, projector=hits, read_only=True),
-            ToolSpec(
-                name="huge_result",
-                executor=lookup,
-                projector=HugeResultProjector(),
-                read_only=True,
-            ),
-            ToolSpec(name="slow", executor=sleepy, projector=hits, read_only=True, timeout_s=1.0),
-            ToolSpec(name="sleepy", executor=sleepy, projector=hits, read_only=True, timeout_s=8),
-            ToolSpec(name="leaky", executor=leaky, projector=SecretFreeProjector(), read_only=True),
-            ToolSpec(name="writer", executor=lookup, projector=hits, read_only=False),
-        ]
-    )
-
-
-registry = build_registry()
-
-
 def suicide(arguments: dict[str, Any]) -> Any:
     """Kills the process running it: every attempt loses its worker."""
     import signal
@@ -117,6 +84,33 @@ def suicide(arguments: dict[str, Any]) -> Any:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-registry.register(
-    ToolSpec(name="suicide", executor=suicide, projector=HitsProjector(), read_only=True)
-)
+#: Every test tool's time limit unless it says otherwise: below the 10 s visibility timeout
+#: the worker-loss tests use (a worker refuses to start otherwise).
+TEST_TIMEOUT_S = 5.0
+
+
+def build_registry() -> ToolRegistry:
+    hits = HitsProjector()
+
+    def spec(name: str, executor: Any, projector: Any = hits, **options: Any) -> ToolSpec:
+        options = {"read_only": True, "timeout_s": TEST_TIMEOUT_S} | options
+        return ToolSpec(name=name, executor=executor, projector=projector, **options)
+
+    return ToolRegistry(
+        [
+            spec("lookup", lookup),
+            spec("boom", boom),
+            spec("bad_projector", lookup, RaisingProjector()),
+            spec("invalid_evidence", lookup, InvalidEvidenceProjector()),
+            spec("huge_raw", huge_raw),
+            spec("huge_result", lookup, HugeResultProjector()),
+            spec("slow", sleepy, timeout_s=1.0),
+            spec("sleepy", sleepy, timeout_s=8.0),
+            spec("leaky", leaky, SecretFreeProjector()),
+            spec("writer", lookup, read_only=False),
+            spec("suicide", suicide),
+        ]
+    )
+
+
+registry = build_registry()
