@@ -19,9 +19,13 @@ class EchoProjector:
         return Projection(evidence_status=EvidenceStatus.EVIDENCE_FOUND, result={"n": raw["n"]})
 
 
-def test_a_call_goes_through_and_is_observed(boundary: ToolBoundary, registry: ToolRegistry) -> None:
+def test_a_call_goes_through_and_is_observed(
+    boundary: ToolBoundary, registry: ToolRegistry
+) -> None:
     registry.register(
-        ToolSpec(name="echo", executor=lambda a: {"n": a["n"]}, projector=EchoProjector(), read_only=True)
+        ToolSpec(
+            name="echo", executor=lambda a: {"n": a["n"]}, projector=EchoProjector(), read_only=True
+        )
     )
     run = RunContext(run_id="run-1", authorized_tools=frozenset({"echo"}))
     outcome = boundary.invoke(
