@@ -1,0 +1,125 @@
+"""How ``tool-boundary demo`` shows a run: a rich table that grows call by call, then the
+run's observed facts; or one JSON document with ``--json``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from boundary import EvidenceStatus, ObservedFacts
+from tasks.demo import SCRIPT, CallReport, DemoReport
+
+#: Characters of a fact's result shown in the facts table (``--json`` shows all).
+FACT_CHARS = 160
+
+_STATUS_STYLE = {"READY": "green", "ERROR": "red", "TIMEOUT": "bold red"}
+
+
+def calls_table() -> Table:
+    table = Table(title="Tool calls, as they happen", title_justify="left")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("the agent makes", overflow="fold", min_width=10)
+    table.add_column("tool", no_wrap=True)
+    table.add_column("tool_call_id", no_wrap=True)
+    # READY + evidence status, or ERROR + error code (an error's evidence is always ERROR).
+    table.add_column("status  evidence / error code", no_wrap=True)
+    table.add_column("ms", justify="right", no_wrap=True)
+    return table
+
+
+def add_call(table: Table, number: int, call: CallReport) -> None:
+    outcome = Text(call.status, style=_STATUS_STYLE.get(call.status, ""))
+    detail = call.error_code if call.status == "ERROR" else call.evidence_status
+    if detail:
+        outcome.append(f"  {detail}")
+    if not call.expected:
+        outcome.append(" (unexpected)", style="bold red")
+    table.add_row(
+        str(number), call.step, call.tool, call.tool_call_id, outcome, f"{call.latency_ms:.0f}"
+    )
+
+
+def facts_table(facts: ObservedFacts) -> Table:
+    excluded = ", ".join(f"{k}: {v}" for k, v in sorted(facts.excluded.items())) or "none"
+    table = Table(
+        title=f"Observed facts of run {facts.run_id}",
+        title_justify="left",
+        caption=f"excluded: {excluded}; omitted by the bounds: {facts.omitted}",
+        caption_justify="left",
+    )
+    for name in ("tool_call_id", "tool", "evidence", "result (bounded)"):
+        table.add_column(name, overflow="fold")
+    for fact in facts.facts:
+        evidence = fact.evidence_status.value
+        if fact.evidence_status is EvidenceStatus.NO_EVIDENCE:
+            evidence += "\n(negative)"
+        shown = fact.result if fact.result is not None else {"scope": fact.scope}
+        text = json.dumps(shown, ensure_ascii=False, sort_keys=True)
+        if len(text) > FACT_CHARS:
+            text = text[:FACT_CHARS] + "..."
+        table.add_row(fact.tool_call_id, fact.tool_name, evidence, Text(text))
+    return table
+
+
+class LiveView:
+    """Prints the header line, then the calls table as it grows."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.table = calls_table()
+        self.live: Live | None = None
+        self.count = 0
+
+    def ready(self, report: DemoReport) -> None:
+        if report.mode == "embedded":
+            self.console.print(
+                "No TOOL_BOUNDARY_REDIS_URL: using an embedded Redis-protocol server "
+                f"(fakeredis) at {report.store} and an in-process Celery worker."
+            )
+        else:
+            self.console.print(f"Using Redis at {report.store}.")
+        self.console.print(f"Run {report.run_id}: {len(SCRIPT)} scripted tool calls.")
+        self.live = Live(self.table, console=self.console, auto_refresh=False)
+        self.live.start()
+
+    def call(self, call: CallReport) -> None:
+        self.count += 1
+        add_call(self.table, self.count, call)
+        if self.live is not None:
+            self.live.refresh()
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def report_json(report: DemoReport) -> dict[str, Any]:
+    return {
+        "run_id": report.run_id,
+        "mode": report.mode,
+        "store": report.store,
+        "ok": report.ok,
+        "wall_s": round(report.wall_s, 3),
+        "calls": [
+            {
+                "step": c.step,
+                "tool": c.tool,
+                "tool_call_id": c.tool_call_id,
+                "status": c.status,
+                "evidence_status": c.evidence_status,
+                "error_code": c.error_code,
+                "latency_ms": round(c.latency_ms, 1),
+                "result": c.result,
+                "scope": c.scope,
+                "expected": c.expected,
+            }
+            for c in report.calls
+        ],
+        "facts": report.facts.model_dump(mode="json") if report.facts else None,
+    }

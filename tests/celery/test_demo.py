@@ -1,0 +1,161 @@
+"""`tool-boundary demo`, run as a user runs it (a subprocess), in both modes; its JSON output
+is checked call by call."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from boundary import CanonicalKey, InvocationStatus
+from tasks.demo import SCRIPT
+from tasks.runtime import get_runtime
+from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
+from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
+
+EXPECTED = [
+    ("search_docs", "call_search_1", "READY", "EVIDENCE_FOUND", None),
+    ("search_logs", "call_logs_1", "READY", "EVIDENCE_FOUND", None),
+    ("sql_read", "call_sql_1", "READY", "EVIDENCE_FOUND", None),
+    ("search_docs", "call_search_2", "READY", "NO_EVIDENCE", None),
+    ("search_docs", "call_search_1", "ERROR", "ERROR", "DUPLICATE_TOOL_CALL"),
+    ("delete_rows", "call_delete_1", "ERROR", "ERROR", "UNAUTHORIZED"),
+    ("search_docs", "call_search_3", "ERROR", "ERROR", "TOOL_BUDGET_EXHAUSTED"),
+    ("dump_table", "call_dump_1", "ERROR", "ERROR", "RESULT_TOO_LARGE"),
+]
+
+
+def run_demo(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "demo", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def real_redis_env() -> dict[str, str]:
+    """The demo against the test Redis; the examples' tools, a broker DB of its own."""
+    settings = celery_test_settings(
+        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="examples.tools:registry"
+    )
+    # The examples' own raw limit (1 MiB), not the Celery tests' small one.
+    env = settings_env(settings)
+    del env["TOOL_BOUNDARY_MAX_RAW_BYTES"]
+    return env
+
+
+def assert_scripted(report: dict[str, Any]) -> None:
+    assert len(report["calls"]) == len(SCRIPT) == len(EXPECTED)
+    for call, (tool, call_id, status, evidence, code) in zip(
+        report["calls"], EXPECTED, strict=True
+    ):
+        assert (call["tool"], call["tool_call_id"]) == (tool, call_id)
+        assert (call["status"], call["evidence_status"], call["error_code"]) == (
+            status,
+            evidence,
+            code,
+        ), call
+        assert call["expected"] is True
+        if status == "ERROR":
+            assert call["result"] is None
+    # The agent-facing results are the projections, never the raw responses.
+    search, logs, sql = (report["calls"][i]["result"] for i in range(3))
+    assert search["hits"] and search["hits"][0]["doc_id"].startswith("timeouts")
+    assert logs["by_level"] == {"ERROR": logs["matches"]}
+    assert sql["columns"] == ["service", "incidents"] and sql["row_count"] >= 1
+    # Facts: the four READY calls in acceptance order; the no-evidence one stays negative.
+    facts = report["facts"]
+    assert [f["tool_call_id"] for f in facts["facts"]] == [
+        "call_search_1",
+        "call_logs_1",
+        "call_sql_1",
+        "call_search_2",
+    ]
+    assert facts["facts"][3]["evidence_status"] == "NO_EVIDENCE"
+    assert facts["facts"][3]["scope"]["query"] == "quantum entanglement billing"
+    assert facts["excluded"] == {"error": 1}
+    assert facts["omitted"] == 0
+    assert report["ok"] is True
+
+
+def test_demo_runs_on_the_embedded_default_with_no_redis_configured() -> None:
+    done = run_demo(clean_env(), "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["mode"] == "embedded"
+    assert_scripted(report)
+
+
+def test_demo_prints_readable_tables(tmp_path: Path) -> None:
+    done = run_demo(clean_env() | {"COLUMNS": "120"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "embedded Redis-protocol server" in done.stdout
+    rows = [row for row in done.stdout.splitlines() if "call_" in row]
+    for number, (tool, call_id, status, evidence, code) in enumerate(EXPECTED, start=1):
+        line = next(row for row in rows if row.startswith(f"│ {number} │"))
+        assert all(part in line for part in (tool, call_id, status, code or evidence)), line
+    assert "Observed facts of run demo-" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_demo_runs_on_real_redis_with_its_worker_thread(
+    redis_client: redis.Redis, celery_session_app: object
+) -> None:
+    done = run_demo(real_redis_env(), "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["mode"] == "redis"
+    assert_scripted(report)
+    # The canonical records are in the configured Redis, raw response included.
+    record = get_runtime().store.get(
+        CanonicalKey(run_id=report["run_id"], tool_call_id="call_sql_1")
+    )
+    assert record is not None and record.status is InvocationStatus.READY
+    assert record.raw is not None and '"rows"' in record.raw
+
+
+def test_demo_with_no_worker_uses_external_workers(
+    redis_client: redis.Redis, celery_session_app: object, tmp_path: Path
+) -> None:
+    env = real_redis_env()
+    settings = celery_test_settings(
+        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="examples.tools:registry"
+    )
+    redis.Redis.from_url(redis_url(SUBPROCESS_BROKER_DB)).flushdb()
+    with celery_process(
+        settings, *worker_args("external"), log=tmp_path / "worker.log", extra_env=env
+    ):
+        done = run_demo(env, "--no-worker", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_scripted(json.loads(done.stdout))
+    assert "tool_boundary.execute[demo-" in (tmp_path / "worker.log").read_text()
+
+
+def test_demo_no_worker_without_a_redis_url_is_bad_usage() -> None:
+    done = run_demo(clean_env(), "--no-worker")
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: --no-worker needs TOOL_BOUNDARY_REDIS_URL")
+
+
+@pytest.mark.parametrize("flag", ["--help"])
+def test_demo_help_explains_the_modes(flag: str) -> None:
+    done = run_demo(clean_env() | {"COLUMNS": "120"}, flag)
+    assert done.returncode == 0
+    assert "embeds a Redis-protocol server" in done.stdout
+    assert "--no-worker" in done.stdout
