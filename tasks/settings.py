@@ -77,12 +77,5 @@ class Settings(BaseSettings):
 
     @property
     def limits(self) -> Limits:
-        return Limits(
-            max_request_bytes=self.max_request_bytes,
-            max_raw_bytes=self.max_raw_bytes,
-            max_record_bytes=self.max_record_bytes,
-            max_agent_result_bytes=self.max_agent_result_bytes,
-            max_json_depth=self.max_json_depth,
-            max_facts=self.max_facts,
-            max_facts_bytes=self.max_facts_bytes,
-        )
+        """The byte limits: each ``Limits`` field comes from the setting of the same name."""
+        return Limits(**{name: getattr(self, name) for name in Limits.model_fields})
