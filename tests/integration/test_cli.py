@@ -246,7 +246,6 @@ def test_reproject_of_an_unknown_run_exits_1_before_sending_anything(
     [
         [],
         ["nope"],
-        ["demo"],
         ["show"],
         ["show", RUN_ID],
         ["show", "run 1", "c1"],
