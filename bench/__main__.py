@@ -1,0 +1,7 @@
+"""``python -m bench [--quick] [--json] [--redis-url URL] [--out DIR]``."""
+
+import sys
+
+from bench.run import main
+
+sys.exit(main())

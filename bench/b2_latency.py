@@ -1,0 +1,107 @@
+"""B2: how long the synchronous part of a call takes (``submit``: preflight, create, dispatch)
+against a Redis PING and against a bare chain's ``apply_async``.
+
+Calls go one at a time, as an agent loop makes them: ping, submit, wait; ping, apply_async,
+wait. The waits give the sequential end-to-end latency of both sides too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bench.sides import Bare, Ours, Side, call_ids
+from bench.stats import ms, percentile
+from boundary.preflight import Accepted, preflight
+
+
+def _timed(action: Callable[[], Any]) -> tuple[float, Any]:
+    began = time.perf_counter()
+    value = action()
+    return time.perf_counter() - began, value
+
+
+def _summary(samples: dict[str, list[float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, values in samples.items():
+        out[f"{name}_p50_ms"] = ms(percentile(values, 50))
+        out[f"{name}_p99_ms"] = ms(percentile(values, 99))
+    return out
+
+
+def _call(side: Side, run_id: str, tool_call_id: str) -> tuple[float, float]:
+    """Seconds to send one call, and to send it and have its outcome."""
+    began = time.perf_counter()
+    handle = side.send(run_id, tool_call_id)
+    sent = time.perf_counter() - began
+    side.wait(handle)
+    return sent, time.perf_counter() - began
+
+
+def latencies(ours: Ours, bare: Bare, samples: int) -> dict[str, Any]:
+    """p50/p99 of PING, submit, apply_async and both sides' sequential call, with ratios."""
+    ping = ours.store.client.ping
+    times: dict[str, list[float]] = {
+        "ping": [],
+        "submit": [],
+        "apply_async": [],
+        "call": [],
+        "bare_call": [],
+    }
+    ours_ids = call_ids("b2ours", samples)
+    bare_ids = call_ids("b2bare", samples)
+    for ours_call, bare_call in zip(ours_ids, bare_ids, strict=True):
+        times["ping"].append(_timed(ping)[0])
+        sent, total = _call(ours, *ours_call)
+        times["submit"].append(sent)
+        times["call"].append(total)
+        times["ping"].append(_timed(ping)[0])
+        sent, total = _call(bare, *bare_call)
+        times["apply_async"].append(sent)
+        times["bare_call"].append(total)
+    out: dict[str, Any] = {"samples": samples, **_summary(times)}
+    for q in ("p50", "p99"):
+        submit = out[f"submit_{q}_ms"]
+        out[f"submit_over_ping_{q}"] = submit / out[f"ping_{q}_ms"]
+        out[f"submit_over_apply_async_{q}"] = submit / out[f"apply_async_{q}_ms"]
+        out[f"call_over_bare_call_{q}"] = out[f"call_{q}_ms"] / out[f"bare_call_{q}_ms"]
+    # What the boundary adds to the synchronous part, in PING round trips.
+    out["added_over_ping_p50"] = (out["submit_p50_ms"] - out["apply_async_p50_ms"]) / out[
+        "ping_p50_ms"
+    ]
+    return out
+
+
+def submit_parts(ours: Ours, samples: int) -> dict[str, float]:
+    """Where ``submit``'s time goes: preflight, the create script, the dispatch (chain
+    building and kombu publish), timed apart for the same calls (p50, ms)."""
+    boundary = ours.boundary
+    parts: dict[str, list[float]] = {"preflight": [], "create": [], "dispatch": []}
+    for run_id, call_id in call_ids("b2parts", samples):
+        run = ours.run(run_id)
+        envelope = ours.envelope(run_id, call_id)
+        now = datetime.now(UTC)
+        reap_at = now + timedelta(seconds=boundary.max_pending_s + boundary.reap_grace_s)
+        began = time.perf_counter()
+        checked = preflight(envelope, run, boundary.registry, boundary.store.limits, now)
+        preflighted = time.perf_counter()
+        assert isinstance(checked, Accepted)
+        boundary.store.create(
+            checked.key,
+            tool_name=checked.spec.name,
+            request=checked.request,
+            deadline=None,
+            reap_at=reap_at,
+            max_run_calls=None,
+            max_tool_calls=None,
+        )
+        created = time.perf_counter()
+        boundary.dispatcher.dispatch(checked.key)
+        dispatched = time.perf_counter()
+        parts["preflight"].append(preflighted - began)
+        parts["create"].append(created - preflighted)
+        parts["dispatch"].append(dispatched - created)
+        ours.wait((run_id, call_id))
+    return {f"{name}_p50_ms": ms(percentile(values, 50)) for name, values in parts.items()}

@@ -1,0 +1,98 @@
+"""Bare Celery: the same two-step chain as ours (execute on one queue, project on another)
+with no-op tasks and nothing of the boundary: no preflight, no store, no projection.
+
+The app takes our Celery configuration unchanged (``tasks.app.celery_config``: serializer,
+acks_late, prefetch, events, track-started, result expiry, broker and backend URLs), so the
+only difference the benchmark sees is the boundary's own work. Its queues have their own
+names so both workers can stay up on one broker DB and the two sides can be measured in
+turns; a queue's name costs nothing. Workers run ``celery -A bench.bare worker``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from kombu.entity import Exchange, Queue
+
+from tasks.app import celery_config
+from tasks.settings import Settings
+
+#: The bare worker's queues, in the roles of ours ("tools", "projections").
+TOOLS_QUEUE = "bare_tools"
+PROJECTIONS_QUEUE = "bare_projections"
+QUEUES = (TOOLS_QUEUE, PROJECTIONS_QUEUE)
+
+EXECUTE = "bench_bare.execute"
+PROJECT = "bench_bare.project"
+
+
+def bare_config(settings: Settings) -> dict[str, Any]:
+    """Our Celery configuration with the bare queues and routes."""
+    config = celery_config(settings)
+    config["task_queues"] = tuple(
+        Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES
+    )
+    config["task_default_queue"] = TOOLS_QUEUE
+    config["task_routes"] = {
+        EXECUTE: {"queue": TOOLS_QUEUE, "routing_key": TOOLS_QUEUE},
+        PROJECT: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
+    }
+    config.pop("beat_schedule", None)
+    return config
+
+
+def create_bare_app(settings: Settings) -> Celery:
+    created = Celery("bench_bare")
+    created.config_from_object(bare_config(settings))
+    return created
+
+
+#: The app bare workers run, configured from ``TOOL_BOUNDARY_*`` like ours.
+app = create_bare_app(Settings())
+
+
+@app.task(
+    name=EXECUTE,
+    acks_late=True,
+    retry_on_worker_lost=True,
+    max_retries=2,
+    default_retry_delay=0,
+    ignore_result=True,
+)
+def execute(run_id: str, tool_call_id: str) -> str:
+    """Our execute task's options, none of its work."""
+    return "STORED"
+
+
+@app.task(name=PROJECT, acks_late=True)
+def project(run_id: str, tool_call_id: str) -> dict[str, Any]:
+    """Returns an outcome of the same shape and size as ours."""
+    return {
+        "tool_call_id": tool_call_id,
+        "status": "READY",
+        "evidence_status": "EVIDENCE_FOUND",
+        "result": {"ok": True},
+        "scope": None,
+        "error_code": None,
+    }
+
+
+def send_chain(celery_app: Celery, run_id: str, tool_call_id: str) -> Any:
+    """Sends execute -> project exactly as ``CeleryDispatcher.dispatch`` does (deterministic
+    ids, immutable signatures, ids-only argsrepr); returns the project task's AsyncResult."""
+    ids = (run_id, tool_call_id)
+
+    def step(name: str, suffix: str, queue: str) -> Any:
+        return celery_app.signature(
+            name,
+            args=ids,
+            immutable=True,
+            task_id=f"{run_id}:{tool_call_id}:{suffix}",
+            queue=queue,
+            argsrepr=repr(ids),
+            kwargsrepr="{}",
+        )
+
+    chain = step(EXECUTE, "execute", TOOLS_QUEUE) | step(PROJECT, "project", PROJECTIONS_QUEUE)
+    return chain.apply_async()

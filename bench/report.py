@@ -1,0 +1,257 @@
+"""The run's outputs: headline figures and targets, ``bench.json``, ``b1_b2.png`` and
+``report.md`` in the output directory, and a table on stdout."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+#: (figure, comparison, bound, what the issue asks).
+TARGETS: tuple[tuple[str, str, float, str], ...] = (
+    ("b1_threads_ratio", ">=", 0.8, "B1 throughput vs bare chains, threads pool"),
+    ("b1_prefork_ratio", ">=", 0.8, "B1 throughput vs bare chains, prefork pool"),
+    ("b2_submit_over_ping_p50", "<=", 3.0, "B2 submit within 3 Redis round trips (p50)"),
+    ("b3_store_commands_per_call", "<=", 6.0, "B3 store commands per call"),
+    ("b4_round_trips", "<=", 2.0, "B4 observe on a 100-call run, round trips"),
+)
+
+
+def _first(section: dict[str, Any], pool: str | None = None) -> dict[str, Any] | None:
+    for entry in section.values():
+        if pool is None or entry.get("pool") == pool:
+            return entry  # type: ignore[no-any-return]
+    return None
+
+
+def figures(results: dict[str, Any]) -> dict[str, Any]:
+    """The headline numbers, flat: what the README quotes and the quick test checks."""
+    out: dict[str, Any] = {}
+    for kind in ("threads", "prefork"):
+        b1 = _first(results.get("b1", {}), kind)
+        if b1 is not None:
+            out[f"b1_{kind}_pool"] = f"{kind} c={b1['concurrency']}"
+            out[f"b1_{kind}_ratio"] = b1["ratio"]["median"]
+            out[f"b1_{kind}_cpu_ratio"] = b1["cpu_ratio"]["median"]
+            out[f"b1_{kind}_ours_per_s"] = _median(b1["ours_per_s"])
+            out[f"b1_{kind}_bare_per_s"] = _median(b1["bare_per_s"])
+    b2 = _first(results.get("b2", {}))
+    if b2 is not None:
+        for name in (
+            "ping_p50_ms",
+            "submit_p50_ms",
+            "apply_async_p50_ms",
+            "submit_over_ping_p50",
+            "submit_over_ping_p99",
+            "submit_over_apply_async_p50",
+            "submit_over_apply_async_p99",
+            "added_over_ping_p50",
+            "call_over_bare_call_p50",
+        ):
+            out[f"b2_{name}"] = b2[name]
+    if "b3" in results:
+        ours, bare = results["b3"]["ours"], results["b3"]["bare"]
+        out["b3_store_commands_per_call"] = ours["store_commands_per_call"]
+        out["b3_store_lua_commands_per_call"] = ours["store_lua_commands_per_call"]
+        out["b3_caller_store_round_trips_per_call"] = ours["caller_store_round_trips_per_call"]
+        out["b3_celery_commands_per_call"] = ours["celery_commands_per_call"]
+        out["b3_bare_celery_commands_per_call"] = bare["celery_commands_per_call"]
+    if "b4" in results:
+        out["b4_round_trips"] = results["b4"]["round_trips"]
+        out["b4_time_over_pipeline"] = results["b4"]["time_over_pipeline"]
+    if "b5" in results:
+        out["b5_runs"] = results["b5"]["runs"]
+        out["b5_runs_per_s"] = results["b5"]["runs_per_s"]
+    if "b6" in results:
+        out["b6_memory_over_payload"] = {
+            str(r["raw_bytes"]): r["memory_over_payload"] for r in results["b6"]["records"]
+        }
+        out["b6_run_keys_bytes_per_call"] = results["b6"]["run_keys_bytes_per_call"]
+    return out
+
+
+def targets(figs: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for name, op, bound, label in TARGETS:
+        value = figs.get(name)
+        met = None
+        if isinstance(value, int | float):
+            met = value >= bound if op == ">=" else value <= bound
+        rows.append(
+            {"figure": name, "target": f"{op} {bound:g}", "value": value, "met": met, "what": label}
+        )
+    return rows
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return (
+            "nan" if math.isnan(value) else f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+        )
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
+    return str(value)
+
+
+def markdown(document: dict[str, Any]) -> str:
+    meta, figs = document["meta"], document["figures"]
+    lines = [
+        "# tool-boundary benchmark",
+        "",
+        f"`{meta['command']}` at {meta['started_at']} (commit {meta['commit']}), "
+        f"{meta['cores']} x {meta['cpu']}, {meta['memory_gib']} GiB, {meta['os']}; "
+        f"Python {meta['python']}, Celery {meta['celery']}, kombu {meta['kombu']}, "
+        f"redis-py {meta['redis_py']}, Redis {meta['redis_server']}; "
+        f"load average {meta['load_before']} before, {meta.get('load_after')} after.",
+        "",
+        "| target | figure | value | met |",
+        "|---|---|---|---|",
+    ]
+    for row in document["targets"]:
+        met = {True: "yes", False: "**no**", None: "n/a"}[row["met"]]
+        lines.append(
+            f"| {row['what']} ({row['target']}) | `{row['figure']}` | "
+            f"{_fmt(row['value'])} | {met} |"
+        )
+    lines += ["", "| figure | value |", "|---|---|"]
+    lines += [f"| `{name}` | {_fmt(value)} |" for name, value in figs.items()]
+    return "\n".join(lines) + "\n"
+
+
+def print_table(document: dict[str, Any]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover - rich is a dependency
+        print(markdown(document))
+        return
+    console = Console()
+    table = Table(title="tool-boundary benchmark: targets")
+    for column in ("what", "target", "value", "met"):
+        table.add_column(column)
+    for row in document["targets"]:
+        met = {True: "[green]yes", False: "[red]no", None: "n/a"}[row["met"]]
+        table.add_row(row["what"], row["target"], _fmt(row["value"]), met)
+    console.print(table)
+    figures_table = Table(title="figures (ratios are ours / bare unless named)")
+    figures_table.add_column("figure")
+    figures_table.add_column("value")
+    for name, value in document["figures"].items():
+        figures_table.add_row(name, _fmt(value))
+    console.print(figures_table)
+
+
+def chart(results: dict[str, Any], path: Path) -> Path | None:
+    """B1 throughput (ours and bare, median with min-max) and B2 latency (p50, p99) per pool."""
+    b1, b2 = results.get("b1", {}), results.get("b2", {})
+    if not b1 and not b2:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    _b1_panel(left, b1)
+    _b2_panel(right, b2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _b1_panel(ax: Any, b1: dict[str, Any]) -> None:
+    labels = list(b1)
+    width = 0.38
+    for offset, side, color in ((-width / 2, "ours", "#1f77b4"), (width / 2, "bare", "#bbbbbb")):
+        medians, low, high = [], [], []
+        for label in labels:
+            values = b1[label][f"{side}_per_s"]
+            m = _median(values)
+            medians.append(m)
+            low.append(m - min(values))
+            high.append(max(values) - m)
+        xs = [i + offset for i in range(len(labels))]
+        name = "ToolBoundary" if side == "ours" else "bare Celery chain"
+        ax.bar(xs, medians, width, yerr=[low, high], capsize=3, label=name, color=color)
+    for i, label in enumerate(labels):
+        ratio = b1[label]["ratio"]
+        top = max(*b1[label]["ours_per_s"], *b1[label]["bare_per_s"])
+        ax.annotate(
+            f"{ratio['median']:.2f}\n({ratio['min']:.2f}-{ratio['max']:.2f})",
+            (i, top),
+            textcoords="offset points",
+            xytext=(0, 4),
+            ha="center",
+            fontsize=8,
+        )
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_ylabel("calls per second (N in flight)")
+    ax.set_title("B1 end-to-end throughput; ours/bare ratio (min-max)")
+    ax.margins(y=0.2)
+    ax.legend(loc="lower right", fontsize=8)
+
+
+def _b2_panel(ax: Any, b2: dict[str, Any]) -> None:
+    labels = list(b2)
+    series = (
+        ("ping", "Redis PING", "#2ca02c"),
+        ("apply_async", "bare chain apply_async", "#bbbbbb"),
+        ("submit", "ToolBoundary.submit", "#1f77b4"),
+    )
+    width = 0.26
+    for n, (key, name, color) in enumerate(series):
+        xs = [i + (n - 1) * width for i in range(len(labels))]
+        ax.bar(
+            xs,
+            [b2[label][f"{key}_p50_ms"] for label in labels],
+            width,
+            label=f"{name} p50",
+            color=color,
+        )
+        ax.scatter(
+            xs,
+            [b2[label][f"{key}_p99_ms"] for label in labels],
+            marker="_",
+            s=200,
+            color="black",
+            zorder=3,
+            label="p99" if n == 0 else None,
+        )
+    for i, label in enumerate(labels):
+        ax.annotate(
+            f"{b2[label]['submit_over_ping_p50']:.1f} pings",
+            (i + width, b2[label]["submit_p50_ms"]),
+            textcoords="offset points",
+            xytext=(0, 4),
+            ha="center",
+            fontsize=8,
+        )
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_ylabel("milliseconds")
+    ax.set_title("B2 synchronous part of a call (p50 bars, p99 ticks)")
+    ax.margins(y=0.3)
+    ax.legend(fontsize=8, ncol=2, loc="upper left")
+
+
+def write_outputs(document: dict[str, Any], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    document["targets"] = targets(document["figures"])
+    written = []
+    path = out / "bench.json"
+    path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    written.append(path)
+    png = chart(document["results"], out / "b1_b2.png")
+    if png is not None:
+        written.append(png)
+    path = out / "report.md"
+    path.write_text(markdown(document))
+    written.append(path)
+    return written

@@ -1,0 +1,106 @@
+"""The benchmark's smoke run (``python -m bench --quick --json``) against the test Redis, so
+the benchmark cannot rot: every B1-B6 figure is there and of a sane type. Its values are not
+checked against the targets; the machines are too noisy for that (see bench/README.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
+
+ROOT = Path(__file__).resolve().parents[1]
+#: bench's exit status when another benchmark run holds DBs 3-5 of the same server.
+EXIT_BUSY = 75
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900 if CI else 240)]
+
+
+def _quick_run(out: Path) -> dict[str, Any]:
+    command = [
+        sys.executable,
+        "-m",
+        "bench",
+        "--quick",
+        "--json",
+        "--redis-url",
+        f"redis://{REDIS_HOST}:{REDIS_PORT}",
+        "--out",
+        str(out),
+        # Locally a full benchmark may be running on the same DBs: skip rather than wait.
+        "--lock-wait",
+        "600" if CI else "60",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
+    done = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=840, check=False
+    )
+    if done.returncode == EXIT_BUSY and not CI:
+        pytest.skip("another benchmark run holds the benchmark's Redis DBs")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) -> None:
+    # Given a reachable Redis
+    require_service("Redis", REDIS_HOST, REDIS_PORT)
+
+    # When the quick benchmark runs
+    document = _quick_run(tmp_path)
+
+    # Then every B1..B6 figure is there, a number where a number belongs
+    figures = document["figures"]
+    for name in (
+        "b1_threads_ratio",
+        "b1_threads_cpu_ratio",
+        "b1_threads_ours_per_s",
+        "b1_threads_bare_per_s",
+        "b2_ping_p50_ms",
+        "b2_submit_p50_ms",
+        "b2_apply_async_p50_ms",
+        "b2_submit_over_ping_p50",
+        "b2_submit_over_ping_p99",
+        "b2_submit_over_apply_async_p50",
+        "b2_submit_over_apply_async_p99",
+        "b3_store_commands_per_call",
+        "b3_store_lua_commands_per_call",
+        "b3_caller_store_round_trips_per_call",
+        "b3_celery_commands_per_call",
+        "b3_bare_celery_commands_per_call",
+        "b4_round_trips",
+        "b4_time_over_pipeline",
+        "b5_runs_per_s",
+        "b6_run_keys_bytes_per_call",
+    ):
+        assert _positive(figures.get(name)), (name, figures.get(name))
+    assert isinstance(figures["b4_round_trips"], int)
+    assert figures["b6_memory_over_payload"]
+    assert all(_positive(v) for v in figures["b6_memory_over_payload"].values())
+
+    # And the counts are plausible: the store's commands are told apart from Celery's
+    results = document["results"]
+    assert 1 <= figures["b3_store_commands_per_call"] <= 20
+    assert results["b3"]["bare"]["store_commands_per_call"] == 0
+    assert 1 <= figures["b4_round_trips"] <= 10
+    assert results["b5"]["failed"] == 0
+    assert results["b5"]["facts"] == results["b5"]["runs"] * results["b5"]["calls_per_run"]
+
+    # And every target has a row, and the report files are written
+    assert {row["figure"] for row in document["targets"]} >= {
+        "b1_threads_ratio",
+        "b2_submit_over_ping_p50",
+        "b3_store_commands_per_call",
+        "b4_round_trips",
+    }
+    for name in ("bench.json", "b1_b2.png", "report.md"):
+        assert (tmp_path / name).stat().st_size > 0
