@@ -123,7 +123,7 @@ class ToolBoundary:
     def _dispatch_failed(self, key: CanonicalKey) -> Submission:
         try:
             self.store.seal_error(key, ErrorCode.DISPATCH_FAILED)
-            record = self.store.get(key)
+            record = self.store.get(key, with_raw=False)
         except StoreError:
             record = None
         # If something sealed it first (an in-process step that ran before failing), the
@@ -164,7 +164,7 @@ class ToolBoundary:
         while True:
             if read:
                 try:
-                    record = self.store.get(key)
+                    record = self.store.get(key, with_raw=False)
                 except StoreError:
                     return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
                 if record is None:

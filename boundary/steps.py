@@ -258,7 +258,7 @@ def _project(
 
 def _final_outcome(store: CanonicalStore, key: CanonicalKey) -> ToolOutcome:
     """Reads back what the record says now: whoever sealed it decided."""
-    record = store.get(key)
+    record = store.get(key, with_raw=False)
     if record is None:
         return ToolOutcome.error(key.tool_call_id, ErrorCode.RECORD_NOT_FOUND)
     return outcome_from_record(record) or ToolOutcome.error(

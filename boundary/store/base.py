@@ -120,8 +120,12 @@ class CanonicalStore(ABC):
         return self.seal(key, evidence_status=EvidenceStatus.ERROR, error_code=code)
 
     @abstractmethod
-    def get(self, key: CanonicalKey) -> CanonicalRecord | None:
-        """The record, or ``None`` when missing or expired. Never touches the expiry."""
+    def get(self, key: CanonicalKey, *, with_raw: bool = True) -> CanonicalRecord | None:
+        """The record, or ``None`` when missing or expired. Never touches the expiry.
+
+        ``with_raw=False`` leaves out the raw response (up to ``max_raw_bytes``), for readers
+        that only need the outcome.
+        """
 
     @abstractmethod
     def progress(self, run_id: str) -> list[ProgressEntry]:

@@ -82,8 +82,8 @@ def _from_ms(value: str | None) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
-#: What a run projection reads of each record: everything but the raw response, which it
-#: never uses and which may be up to ``max_raw_bytes`` per call.
+#: What a run projection or an outcome reads of a record: everything but the raw response,
+#: which they never use and which may be up to ``max_raw_bytes`` per call.
 _PROGRESS_FIELDS = (
     "run_id",
     "tool_call_id",
@@ -260,9 +260,15 @@ class RedisCanonicalStore(CanonicalStore):
             raise ValueError("invalid seal: status, evidence status and error code disagree")
         return _WRITE_CODES[code]
 
-    def get(self, key: CanonicalKey) -> CanonicalRecord | None:
+    def get(self, key: CanonicalKey, *, with_raw: bool = True) -> CanonicalRecord | None:
         with _translated():
-            fields: dict[str, str] = self.client.hgetall(keys.record_key(key))  # type: ignore[assignment]
+            if with_raw:
+                fields: dict[str, str] = self.client.hgetall(keys.record_key(key))  # type: ignore[assignment]
+            else:
+                values: list[str | None] = self.client.hmget(  # type: ignore[assignment]
+                    keys.record_key(key), _PROGRESS_FIELDS
+                )
+                fields = {f: v for f, v in zip(_PROGRESS_FIELDS, values, strict=True) if v}
         return _decode_record(fields) if fields else None
 
     def progress(self, run_id: str) -> list[ProgressEntry]:
