@@ -28,8 +28,8 @@ from boundary.store.base import CanonicalStore, CreateStatus
 
 logger = logging.getLogger(__name__)
 
-#: How long a call of a run without a deadline may stay PROJECTING before the reaper may
-#: seal it, in seconds (queue wait included).
+#: How long a call may stay PROJECTING (queue wait included) before the reaper may seal it,
+#: in seconds, when its run's deadline is later or absent.
 DEFAULT_MAX_PENDING_S = 3600.0
 #: Extra time past a call's deadline before the reaper seals it WORKER_LOST, in seconds.
 DEFAULT_REAP_GRACE_S = 60.0
@@ -46,7 +46,8 @@ class ToolBoundary:
         dispatcher: how accepted calls reach execution, and their outcomes come back.
         run_projector: turns a run's progress into observed facts; defaults to the store's
             limits.
-        max_pending_s: for runs without a deadline, how long a call may stay PROJECTING.
+        max_pending_s: how long a call may stay PROJECTING when its run's deadline is later
+            or absent.
         reap_grace_s: grace past a call's deadline before the reaper may seal it.
         poll_s: longest wait on the dispatcher before the record is read again.
         clock: epoch seconds; injectable for tests.
@@ -86,9 +87,10 @@ class ToolBoundary:
             return self._rejected(envelope, None, checked.code)
         key = checked.key
         deadline = run.deadline
-        reap_at = (deadline or now + timedelta(seconds=self.max_pending_s)) + timedelta(
-            seconds=self.reap_grace_s
-        )
+        # The reaper may seal the call WORKER_LOST once it is PROJECTING past its run's
+        # deadline or ``max_pending_s``, whichever comes first, plus the grace.
+        latest = now + timedelta(seconds=self.max_pending_s)
+        reap_at = min(deadline or latest, latest) + timedelta(seconds=self.reap_grace_s)
         try:
             created = self.store.create(
                 key,

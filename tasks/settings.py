@@ -45,7 +45,8 @@ class Settings(BaseSettings):
     max_json_depth: int = Field(default=DEFAULT_MAX_JSON_DEPTH, gt=0)
     max_facts: int = Field(default=DEFAULT_MAX_FACTS, ge=0)
     max_facts_bytes: int = Field(default=DEFAULT_MAX_FACTS_BYTES, ge=0)
-    #: Calls of runs without a deadline may stay PROJECTING this long before being reaped.
+    #: A call may stay PROJECTING this long (or until its run's deadline, if sooner) before
+    #: the reaper may seal it WORKER_LOST.
     max_pending_s: float = Field(default=DEFAULT_MAX_PENDING_S, gt=0)
     reap_grace_s: float = Field(default=DEFAULT_REAP_GRACE_S, ge=0)
     #: How often beat runs the reaper.
