@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome
 from boundary.steps import execute_step, project_step
+from boundary.store import WriteStatus
 from tasks.app import EXECUTE, PROJECT, REAP, app
 from tasks.runtime import get_runtime, get_settings
 
@@ -101,7 +102,9 @@ def reap_stuck_calls() -> dict[str, int]:
     try:
         store = get_runtime().store
         due = store.due_pending(datetime.now(UTC))
-        sealed = sum(1 for key in due if store.seal_error(key, ErrorCode.WORKER_LOST).value == "OK")
+        sealed = sum(
+            1 for key in due if store.seal_error(key, ErrorCode.WORKER_LOST) is WriteStatus.OK
+        )
     except Exception as exc:
         logger.error("reaper failed: %s", type(exc).__name__)
         return {"due": 0, "sealed": 0}

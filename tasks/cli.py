@@ -15,7 +15,6 @@ import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Annotated, Any, NoReturn
-from urllib.parse import urlsplit
 
 import typer
 from pydantic import ValidationError
@@ -42,7 +41,7 @@ from tasks.runs import (
     observe_run,
     reproject,
 )
-from tasks.settings import Settings
+from tasks.settings import Settings, redis_location
 
 #: Success.
 EXIT_OK = 0
@@ -78,18 +77,6 @@ def _fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _where(url: str) -> str:
-    """Host, port and DB of a Redis URL, never its credentials."""
-    try:
-        parts = urlsplit(url)
-        if parts.scheme == "unix":
-            return parts.path or "?"
-        host = parts.hostname or "?"
-        return f"{host}:{parts.port or 6379}/{parts.path.lstrip('/') or '0'}"
-    except ValueError:
-        return "?"
-
-
 def _settings() -> Settings:
     try:
         return Settings()
@@ -113,15 +100,16 @@ def _reaching(settings: Settings) -> Iterator[None]:
     try:
         yield
     except StoreUnavailable as exc:
-        where = _where(settings.store_url)
+        where = redis_location(settings.store_url)
         _fail(f"the store at {where} is unreachable ({exc.code.value})", EXIT_UNAVAILABLE)
     except StoreError as exc:
-        where = _where(settings.store_url)
+        where = redis_location(settings.store_url)
         _fail(f"the store at {where} failed ({exc.code.value})", EXIT_UNAVAILABLE)
     except ReprojectError as exc:
         url = settings.broker if exc.part == "broker" else settings.backend
         _fail(
-            f"the {exc.part} at {_where(url)} is unreachable ({exc.code.value})", EXIT_UNAVAILABLE
+            f"the {exc.part} at {redis_location(url)} is unreachable ({exc.code.value})",
+            EXIT_UNAVAILABLE,
         )
 
 

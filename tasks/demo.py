@@ -28,7 +28,7 @@ from boundary import (
 from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, configure
 from tasks.dispatcher import CeleryDispatcher
 from tasks.runtime import get_runtime
-from tasks.settings import Settings
+from tasks.settings import Settings, redis_location
 
 #: Seconds the demo waits for one call before calling it stuck.
 CALL_TIMEOUT_S = 30.0
@@ -215,7 +215,7 @@ def run_demo(
         report = DemoReport(
             run_id=new_run_id(),
             mode="embedded" if embedded else "redis",
-            store=_where(settings.store_url),
+            store=redis_location(settings.store_url),
         )
         if on_ready is not None:
             on_ready(report)
@@ -273,11 +273,3 @@ def _make_call(boundary: Any, run: RunContext, step: Step) -> CallReport:
         scope=outcome.scope,
         expected=outcome.status is step.expect_status and code is step.expect_error,
     )
-
-
-def _where(url: str) -> str:
-    """``host:port/db`` of a Redis URL, without credentials."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port or 6379}{parts.path or ''}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -80,3 +82,15 @@ class Settings(BaseSettings):
     def limits(self) -> Limits:
         """The byte limits: each ``Limits`` field comes from the setting of the same name."""
         return Limits(**{name: getattr(self, name) for name in Limits.model_fields})
+
+
+def redis_location(url: str) -> str:
+    """Host, port and DB of a Redis URL, never its credentials."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme == "unix":
+            return parts.path or "?"
+        host = parts.hostname or "?"
+        return f"{host}:{parts.port or 6379}/{parts.path.lstrip('/') or '0'}"
+    except ValueError:
+        return "?"
