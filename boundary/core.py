@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
-from boundary.dispatch import Dispatcher
+from boundary.dispatch import Dispatcher, Revoker
 from boundary.errors import ErrorCode, StoreError
 from boundary.models import (
     CanonicalKey,
@@ -24,7 +24,7 @@ from boundary.preflight import Rejected, preflight
 from boundary.progress import RunProgressProjector
 from boundary.registry import ToolRegistry
 from boundary.steps import outcome_from_record
-from boundary.store.base import CanonicalStore, CreateStatus
+from boundary.store.base import CanonicalStore, CreateStatus, OpenRunStatus, WriteStatus
 
 logger = logging.getLogger(__name__)
 
@@ -214,3 +214,68 @@ class ToolBoundary:
         run_id = run if isinstance(run, str) else run.run_id
         entries = self.store.progress(run_id)
         return self.run_projector.project(run_id, entries, now=self._clock())
+
+    # --- Runs kept on the server, and cancellation -------------------------------------------
+
+    def open_run(self, run: RunContext) -> OpenRunStatus:
+        """Keeps the run's policy in Redis (TTL = the record TTL) so servers, such as the MCP
+        server, look the run up by id and a request cannot bring its own policy.
+
+        An open run's policy is never replaced and a closed run never reopens: the status says
+        which happened (``.is_open`` is true when the run is open with exactly this policy).
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        return self.store.open_run(run)
+
+    def get_run(self, run_id: str) -> RunContext | None:
+        """The open run's policy; ``None`` when unknown, closed or expired (the caller answers
+        ``RUN_NOT_FOUND`` and runs nothing).
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        return self.store.get_run(run_id)
+
+    def close_run(self, run_id: str) -> bool:
+        """Closes the run for good: ``get_run`` answers ``None`` from now on. ``False`` when it
+        was not open."""
+        return self.store.close_run(run_id)
+
+    def cancel(self, run_id: str, tool_call_id: str) -> ToolOutcome:
+        """Ends a PROJECTING call: one Lua script seals it ERROR ``CANCELLED`` only if it is
+        still PROJECTING, so the tool's later return (or anything else) cannot change it; then
+        the dispatcher revokes the call's queued work, if it can.
+
+        Returns the call's outcome as its record now says: ``CANCELLED``, or the outcome it had
+        already reached (a finished call stays finished); ``RECORD_NOT_FOUND`` for an unknown
+        or expired call. Never raises for bad input.
+        """
+        try:
+            key = CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
+        except ValidationError:
+            return ToolOutcome.error(None, ErrorCode.RECORD_NOT_FOUND)
+        try:
+            written = self.store.seal_error(key, ErrorCode.CANCELLED)
+            if written is WriteStatus.OK:
+                self._revoke(key)
+                return ToolOutcome.error(key.tool_call_id, ErrorCode.CANCELLED)
+            record = None if written is WriteStatus.MISSING else self.store.get(key, with_raw=False)
+        except StoreError:
+            return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+        if record is None:
+            return ToolOutcome.error(key.tool_call_id, ErrorCode.RECORD_NOT_FOUND)
+        return outcome_from_record(record) or ToolOutcome.error(
+            key.tool_call_id, ErrorCode.STORE_UNAVAILABLE
+        )
+
+    def _revoke(self, key: CanonicalKey) -> None:
+        """Best effort: the record is sealed already, so work that still runs changes nothing."""
+        if not isinstance(self.dispatcher, Revoker):
+            return
+        try:
+            self.dispatcher.revoke(key)
+        except Exception:
+            # The text may name a broker URL: only that it failed is logged.
+            logger.warning("revoke of cancelled call %s failed", key.identity)

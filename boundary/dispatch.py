@@ -22,6 +22,14 @@ class Dispatcher(Protocol):
         never written, or not ready within ``timeout``); the caller then reads the record."""
 
 
+@runtime_checkable
+class Revoker(Protocol):
+    """A dispatcher that can also withdraw a call's queued work (optional)."""
+
+    def revoke(self, key: CanonicalKey) -> None:
+        """Stops the call's steps that have not started; raises when it cannot reach them."""
+
+
 class InProcessDispatcher:
     """Runs the execute and project steps in the caller's thread, at dispatch.
 

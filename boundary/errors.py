@@ -26,6 +26,8 @@ class ErrorCode(StrEnum):
     TOOL_BUDGET_EXHAUSTED = "TOOL_BUDGET_EXHAUSTED"
     RUN_BUDGET_EXHAUSTED = "RUN_BUDGET_EXHAUSTED"
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    #: A server looked a run up by id (``ToolBoundary.get_run``) and found none open.
+    RUN_NOT_FOUND = "RUN_NOT_FOUND"
     # After the record exists: the record is sealed ERROR with one of these.
     TOOL_EXECUTION_FAILED = "TOOL_EXECUTION_FAILED"
     TOOL_TIMEOUT = "TOOL_TIMEOUT"
@@ -35,6 +37,8 @@ class ErrorCode(StrEnum):
     INVALID_EVIDENCE_STATUS = "INVALID_EVIDENCE_STATUS"
     DISPATCH_FAILED = "DISPATCH_FAILED"
     WORKER_LOST = "WORKER_LOST"
+    #: A PROJECTING call ended by a cancel request (``ToolBoundary.cancel``, MCP tasks/cancel).
+    CANCELLED = "CANCELLED"
     # Lookups.
     RECORD_NOT_FOUND = "RECORD_NOT_FOUND"
 
@@ -59,6 +63,7 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.TOOL_BUDGET_EXHAUSTED: "The run has used all calls allowed for this tool.",
     ErrorCode.RUN_BUDGET_EXHAUSTED: "The run has used all tool calls it is allowed.",
     ErrorCode.STORE_UNAVAILABLE: "The invocation store is unavailable; try again later.",
+    ErrorCode.RUN_NOT_FOUND: "No open run has this id; it is unknown, closed or expired.",
     ErrorCode.TOOL_EXECUTION_FAILED: "The tool failed while running.",
     ErrorCode.TOOL_TIMEOUT: "The tool did not finish within its time limit.",
     ErrorCode.RESULT_TOO_LARGE: "The tool's result exceeds the size limit.",
@@ -67,6 +72,7 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.INVALID_EVIDENCE_STATUS: "The projection returned an invalid evidence status.",
     ErrorCode.DISPATCH_FAILED: "The call could not be handed to a worker.",
     ErrorCode.WORKER_LOST: "The worker running the call was lost.",
+    ErrorCode.CANCELLED: "The call was cancelled before it finished.",
     ErrorCode.RECORD_NOT_FOUND: "No such call is known, or its record has expired.",
 }
 
@@ -86,6 +92,7 @@ PREFLIGHT_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.TOOL_BUDGET_EXHAUSTED,
         ErrorCode.RUN_BUDGET_EXHAUSTED,
         ErrorCode.STORE_UNAVAILABLE,
+        ErrorCode.RUN_NOT_FOUND,
     }
 )
 
@@ -100,6 +107,7 @@ SEAL_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.INVALID_EVIDENCE_STATUS,
         ErrorCode.DISPATCH_FAILED,
         ErrorCode.WORKER_LOST,
+        ErrorCode.CANCELLED,
         ErrorCode.RUN_DEADLINE_EXCEEDED,
         ErrorCode.STORE_UNAVAILABLE,
     }

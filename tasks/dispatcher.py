@@ -47,6 +47,14 @@ class CeleryDispatcher:
             # kombu's errors name the broker URL: none of it goes further.
             raise DispatchError() from None
 
+    def revoke(self, key: CanonicalKey) -> None:
+        """Revokes both steps of a cancelled call: a worker drops them unstarted. A step that
+        already runs is not terminated (its record is sealed, so its return changes nothing)."""
+        try:
+            self.app.control.revoke([key.task_id("execute"), key.task_id("project")])
+        except Exception:
+            raise DispatchError() from None
+
     def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
         result = self.app.AsyncResult(key.task_id("project"))
         try:

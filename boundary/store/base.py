@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from boundary.errors import ErrorCode
 from boundary.limits import Limits
-from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus
+from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, RunContext
 
 #: Default record TTL, in seconds.
 DEFAULT_TTL_S = 24 * 3600
@@ -52,6 +52,23 @@ class WriteStatus(StrEnum):
     NOT_PROJECTING = "NOT_PROJECTING"
     #: A raw response is already stored.
     ALREADY_STORED = "ALREADY_STORED"
+
+
+class OpenRunStatus(StrEnum):
+    """Result of ``open_run``."""
+
+    OPENED = "OPENED"
+    #: Already open with exactly this policy: nothing changed.
+    ALREADY_OPEN = "ALREADY_OPEN"
+    #: The run was closed: a closed run is never reopened.
+    CLOSED = "CLOSED"
+    #: The run is open with another policy, which is kept (a policy is never replaced).
+    CONFLICT = "CONFLICT"
+
+    @property
+    def is_open(self) -> bool:
+        """True when the run is now open with the policy that was asked for."""
+        return self in (OpenRunStatus.OPENED, OpenRunStatus.ALREADY_OPEN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +160,20 @@ class CanonicalStore(ABC):
     @abstractmethod
     def run_summary(self, run_id: str) -> RunSummary | None:
         """Counts of a run's calls by status, or ``None`` for an unknown run."""
+
+    @abstractmethod
+    def open_run(self, run: RunContext) -> OpenRunStatus:
+        """Keeps the run's policy (authorized tools, budgets, deadline) under its id, with the
+        record TTL, so a server can look the run up by id instead of trusting a caller's."""
+
+    @abstractmethod
+    def get_run(self, run_id: str) -> RunContext | None:
+        """The open run's policy; ``None`` when unknown, closed or expired. Never touches the
+        expiry."""
+
+    @abstractmethod
+    def close_run(self, run_id: str) -> bool:
+        """Closes an open run for good; ``False`` when it was not open."""
 
     @abstractmethod
     def ping(self) -> None:

@@ -31,6 +31,12 @@ def pending_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:pending"
 
 
+def run_key(run_id: str) -> str:
+    """An opened run's policy (a hash): ``policy`` (the RunContext as JSON), ``state``
+    (``open`` or ``closed``) and ``opened_at``, so a server can look the run up by id."""
+    return f"{PREFIX}:{{{run_id}}}:run"
+
+
 #: SCAN patterns.
 BUDGET_PATTERN = f"{PREFIX}:{{*}}:budget"
 PENDING_PATTERN = f"{PREFIX}:{{*}}:pending"

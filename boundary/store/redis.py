@@ -1,4 +1,5 @@
-"""The Redis implementation of the canonical store: the only module that imports ``redis``.
+"""The Redis implementation of the canonical store: with ``_redis_common``, the only modules
+that import ``redis`` (opened runs live in ``redis_runs``).
 
 Each state change is one Lua script (in ``lua/``, every key passed in KEYS). Reads use HGETALL,
 which never touches expiry. Every driver error becomes ``StoreUnavailable``/``StoreError``.
@@ -9,28 +10,36 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
-from importlib import resources
 from typing import Any
 
 import redis
 import redis.cluster
 from pydantic import ValidationError
 
-from boundary.errors import ErrorCode, StoreError, StoreUnavailable
+from boundary.errors import ErrorCode, StoreError
 from boundary.limits import Limits
-from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, InvocationStatus
+from boundary.models import (
+    CanonicalKey,
+    CanonicalRecord,
+    EvidenceStatus,
+    InvocationStatus,
+    RunContext,
+)
 from boundary.store import keys
+from boundary.store._redis_common import load_script
+from boundary.store._redis_common import translated as _translated
 from boundary.store.base import (
     DEFAULT_TTL_S,
     CanonicalStore,
     CreateResult,
     CreateStatus,
+    OpenRunStatus,
     ProgressEntry,
     RunSummary,
     WriteStatus,
 )
+from boundary.store.redis_runs import RedisRuns
 
 #: Seconds to wait for a connection before the store counts as unavailable.
 DEFAULT_CONNECT_TIMEOUT_S = 2.0
@@ -51,25 +60,10 @@ _WRITE_CODES = {
 RedisClient = redis.Redis | redis.cluster.RedisCluster
 
 
-def _load_script(name: str) -> str:
-    return resources.files("boundary.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
-
-
 #: Script sources, read once with the package.
-_CREATE = _load_script("create")
-_STORE_RAW = _load_script("store_raw")
-_SEAL = _load_script("seal")
-
-
-@contextmanager
-def _translated() -> Iterator[None]:
-    """Turns driver errors into ours, dropping the driver's text (it may hold URLs, keys)."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError, OSError):
-        raise StoreUnavailable() from None
-    except redis.RedisError:
-        raise StoreError(ErrorCode.STORE_UNAVAILABLE) from None
+_CREATE = load_script("create")
+_STORE_RAW = load_script("store_raw")
+_SEAL = load_script("seal")
 
 
 def _ms(moment: datetime) -> int:
@@ -167,6 +161,7 @@ class RedisCanonicalStore(CanonicalStore):
         self._create = client.register_script(_CREATE)
         self._store_raw = client.register_script(_STORE_RAW)
         self._seal = client.register_script(_SEAL)
+        self._runs = RedisRuns(client, ttl_s, self._now_ms)
 
     @classmethod
     def from_url(
@@ -344,6 +339,15 @@ class RedisCanonicalStore(CanonicalStore):
             error=int(error or 0),
             projecting=int(projecting),
         )
+
+    def open_run(self, run: RunContext) -> OpenRunStatus:
+        return self._runs.open_run(run)
+
+    def get_run(self, run_id: str) -> RunContext | None:
+        return self._runs.get_run(run_id)
+
+    def close_run(self, run_id: str) -> bool:
+        return self._runs.close_run(run_id)
 
     def ping(self) -> None:
         with _translated():
