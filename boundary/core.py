@@ -212,6 +212,10 @@ class ToolBoundary:
             StoreUnavailable: the store cannot be read.
         """
         run_id = run if isinstance(run, str) else run.run_id
+        if not is_safe_id(run_id):
+            # No record is ever created under an unsafe id (preflight refuses it), and such
+            # an id (a lone surrogate, say) cannot even be encoded for Redis: nothing to see.
+            return self.run_projector.project(run_id, [], now=self._clock())
         entries = self.store.progress(run_id)
         return self.run_projector.project(run_id, entries, now=self._clock())
 

@@ -63,8 +63,19 @@ def parse_arguments(arguments: Any, limits: Limits) -> tuple[dict[str, Any], str
     ``arguments`` is JSON text (``str`` or UTF-8 ``bytes``) or a ``dict``.
 
     Raises:
-        ArgumentsRejected: with INVALID_ARGUMENTS or REQUEST_TOO_LARGE.
+        ArgumentsRejected: with INVALID_ARGUMENTS or REQUEST_TOO_LARGE, and nothing else: a
+            caller's object may run arbitrary code when iterated, compared or measured (a
+            ``Mapping`` whose ``items()`` raises), and whatever it raises is bad input too.
     """
+    try:
+        return _parse_arguments(arguments, limits)
+    except ArgumentsRejected:
+        raise
+    except Exception:
+        raise ArgumentsRejected(ErrorCode.INVALID_ARGUMENTS) from None
+
+
+def _parse_arguments(arguments: Any, limits: Limits) -> tuple[dict[str, Any], str]:
     invalid = ArgumentsRejected(ErrorCode.INVALID_ARGUMENTS)
     if isinstance(arguments, bytes | bytearray):
         try:

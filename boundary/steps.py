@@ -200,7 +200,9 @@ def execute_step(
     try:
         raw_text = canonical_json(raw)
         raw_size = utf8_size(raw_text)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:
+        # Not JSON data, or objects whose own code raises while being serialized (a mapping
+        # whose ``items()`` fails): either way the response cannot be kept.
         _seal_error(store, key, ErrorCode.SERIALIZATION_FAILED)
         return ExecuteResult.SEALED
     limits: Limits = store.limits
@@ -284,7 +286,7 @@ def _project(
         result = canonical_json(projection.result)
         scope = None if projection.scope is None else canonical_json(projection.scope)
         agent_bytes = utf8_size(result) + (utf8_size(scope) if scope else 0)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # as for raw responses: anything raised while serializing
         return ErrorCode.SERIALIZATION_FAILED
     if agent_bytes > limits.max_agent_result_bytes or (
         record_size(record, agent_result=result, scope=scope) > limits.max_record_bytes

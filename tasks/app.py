@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from celery import Celery
@@ -39,7 +40,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "accept_content": ["json"],
         "result_accept_content": ["json"],
         # Results live as long as the records they came from.
-        "result_expires": int(settings.ttl_s),
+        "result_expires": math.ceil(settings.ttl_s),
         # Extended results would store each task's real arguments in the backend.
         "result_extended": False,
         "task_queues": tuple(

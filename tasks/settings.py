@@ -39,7 +39,8 @@ class Settings(BaseSettings):
     result_backend: str | None = None
     #: Import path of the ``ToolRegistry`` workers load, ``package.module:attribute``.
     tools: str = DEFAULT_TOOLS
-    ttl_s: float = Field(default=DEFAULT_TTL_S, gt=0)
+    #: At least a second: Celery's ``result_expires`` is whole seconds, and 0 means never.
+    ttl_s: float = Field(default=DEFAULT_TTL_S, ge=1)
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, gt=0)
     max_raw_bytes: int = Field(default=DEFAULT_MAX_RAW_BYTES, gt=0)
     max_record_bytes: int = Field(default=DEFAULT_MAX_RECORD_BYTES, gt=0)
