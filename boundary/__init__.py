@@ -14,6 +14,7 @@ from boundary.errors import (
     StoreUnavailable,
     ToolTimeout,
 )
+from boundary.handle import RunBoundary
 from boundary.limits import Limits, canonical_json, utf8_size
 from boundary.models import (
     CanonicalKey,
@@ -30,6 +31,7 @@ from boundary.models import (
 )
 from boundary.progress import RunProgressProjector
 from boundary.registry import Projector, ToolRegistry, ToolSpec, load_registry
+from boundary.schema import SchemaError
 from boundary.steps import execute_step, project_step
 from boundary.store import CanonicalStore, RedisCanonicalStore
 
@@ -51,8 +53,10 @@ __all__ = [
     "Projection",
     "Projector",
     "RedisCanonicalStore",
+    "RunBoundary",
     "RunContext",
     "RunProgressProjector",
+    "SchemaError",
     "StoreError",
     "StoreUnavailable",
     "Submission",

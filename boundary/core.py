@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from boundary.dispatch import Dispatcher, Revoker
 from boundary.errors import ErrorCode, StoreError
+from boundary.handle import DEFAULT_CALL_TIMEOUT_S, RunBoundary
 from boundary.models import (
     CanonicalKey,
     ObservedFacts,
@@ -84,7 +85,7 @@ class ToolBoundary:
         now = self._now()
         checked = preflight(envelope, run, self.registry, self.store.limits, now)
         if isinstance(checked, Rejected):
-            return self._rejected(envelope, None, checked.code)
+            return self._rejected(envelope, None, checked.code, path=checked.path)
         key = checked.key
         deadline = run.deadline
         # The reaper may seal the call WORKER_LOST once it is PROJECTING past its run's
@@ -117,10 +118,16 @@ class ToolBoundary:
         return Submission(key=key, accepted=True)
 
     def _rejected(
-        self, envelope: ToolCallEnvelope, key: CanonicalKey | None, code: ErrorCode
+        self,
+        envelope: ToolCallEnvelope,
+        key: CanonicalKey | None,
+        code: ErrorCode,
+        *,
+        path: str | None = None,
     ) -> Submission:
         call_id = envelope.tool_call_id if is_safe_id(envelope.tool_call_id) else None
-        return Submission(key=key, accepted=False, outcome=ToolOutcome.error(call_id, code))
+        outcome = ToolOutcome.error(call_id, code, path=path)
+        return Submission(key=key, accepted=False, outcome=outcome)
 
     def _dispatch_failed(self, key: CanonicalKey) -> Submission:
         try:
@@ -204,6 +211,11 @@ class ToolBoundary:
         # Just dispatched: wait first, then read (an in-process dispatcher's wait returns at
         # once and the read finds the sealed record).
         return self._await(submission.key, timeout, read_first=False)
+
+    def for_run(self, run: RunContext, *, timeout: float = DEFAULT_CALL_TIMEOUT_S) -> RunBoundary:
+        """A handle on ``run``: ``for_run(run).call(tool_call_id, tool_name, arguments)``
+        needs no envelope and no repeated run id. ``timeout`` is its calls' default wait."""
+        return RunBoundary(self, run, timeout=timeout)
 
     def observe(self, run: RunContext | str) -> ObservedFacts:
         """The run's READY calls as bounded observed facts, in acceptance order.

@@ -52,7 +52,9 @@ class ErrorCode(StrEnum):
 ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.INVALID_TOOL_CALL_ID: "The tool call id is missing or not a safe identifier.",
     ErrorCode.RUN_ID_MISMATCH: "The call belongs to a different run than the current one.",
-    ErrorCode.INVALID_ARGUMENTS: "The arguments are not a strict JSON object.",
+    ErrorCode.INVALID_ARGUMENTS: (
+        "The arguments are not a strict JSON object, or do not match the tool's input schema."
+    ),
     ErrorCode.REQUEST_TOO_LARGE: "The arguments exceed the request size limit.",
     ErrorCode.UNKNOWN_TOOL: "No tool with this name is registered.",
     ErrorCode.UNAUTHORIZED: "This run is not authorized to use the tool.",

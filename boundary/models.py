@@ -158,6 +158,10 @@ class ToolOutcome(_Frozen):
     result: Any = None
     scope: Any = None
     error_code: ErrorCode | None = None
+    #: INVALID_ARGUMENTS from the tool's ``input_schema`` only: the JSON Pointer of the schema
+    #: keyword the arguments failed (``/properties/limit/maximum``). Comes from the schema,
+    #: never from the arguments, so it holds no value the model sent.
+    error_path: str | None = None
 
     @property
     def error_message(self) -> str | None:
@@ -165,12 +169,15 @@ class ToolOutcome(_Frozen):
         return self.error_code.message if self.error_code is not None else None
 
     @classmethod
-    def error(cls, tool_call_id: str | None, code: ErrorCode) -> ToolOutcome:
+    def error(
+        cls, tool_call_id: str | None, code: ErrorCode, *, path: str | None = None
+    ) -> ToolOutcome:
         return cls(
             tool_call_id=tool_call_id,
             status=InvocationStatus.ERROR,
             evidence_status=EvidenceStatus.ERROR,
             error_code=code,
+            error_path=path,
         )
 
 

@@ -27,6 +27,9 @@ class Accepted:
 @dataclass(frozen=True, slots=True)
 class Rejected:
     code: ErrorCode
+    #: For arguments that fail the tool's ``input_schema``: the failed schema keyword's JSON
+    #: Pointer (never a value).
+    path: str | None = None
 
 
 def preflight(
@@ -57,6 +60,10 @@ def preflight(
         return Rejected(ErrorCode.RUN_INACTIVE)
     if run.deadline is not None and run.deadline <= (now or datetime.now(UTC)):
         return Rejected(ErrorCode.RUN_DEADLINE_EXCEEDED)
+    # Last, so a call the run may not make learns nothing of the tool's schema.
+    violation = spec.schema_violation(arguments)
+    if violation is not None:
+        return Rejected(ErrorCode.INVALID_ARGUMENTS, path=violation)
     assert envelope.tool_call_id is not None  # is_safe_id said so
     key = CanonicalKey(run_id=run.run_id, tool_call_id=envelope.tool_call_id)
     return Accepted(key=key, spec=spec, arguments=arguments, request=request)

@@ -6,10 +6,18 @@ import importlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from jsonschema.protocols import Validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from boundary.errors import ConfigurationError
 from boundary.models import Projection
+from boundary.schema import (
+    ANY_OBJECT,
+    compile_schema,
+    failed_schema_path,
+    first_paragraph,
+    function_arguments,
+)
 
 #: Default time a tool may run, in seconds.
 DEFAULT_TIMEOUT_S = 30.0
@@ -25,7 +33,13 @@ class Projector(Protocol):
 
 
 class ToolSpec(BaseModel):
-    """One registered tool."""
+    """One registered tool, declared once for every agent framework.
+
+    ``description`` and ``input_schema`` are what adapters export as the tool's definition
+    (OpenAI ``parameters``, Anthropic ``input_schema``, MCP ``inputSchema``, ...); preflight
+    validates every call's arguments against ``input_schema`` (``None``: any JSON object).
+    The schema is checked against its metaschema here, so a broken one fails at start-up.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
@@ -34,6 +48,64 @@ class ToolSpec(BaseModel):
     projector: Projector
     read_only: bool
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
+    #: What the tool does, for the model: exported as the tool's description.
+    description: str = ""
+    #: A JSON Schema object for the arguments, or ``None`` for any JSON object.
+    input_schema: dict[str, Any] | None = None
+
+    #: The compiled validator of ``input_schema``: built once, reused by every call.
+    _validator: Validator | None = PrivateAttr(default=None)
+
+    @field_validator("input_schema")
+    @classmethod
+    def _schema_is_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            compile_schema(value)  # raises SchemaError (a ValueError) when invalid
+        return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        if self.input_schema is not None:
+            self._validator = compile_schema(self.input_schema)
+
+    @property
+    def arguments_schema(self) -> dict[str, Any]:
+        """The schema to export to a framework: ``input_schema`` or "any JSON object"."""
+        return self.input_schema if self.input_schema is not None else dict(ANY_OBJECT)
+
+    @classmethod
+    def from_function(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        projector: Projector,
+        read_only: bool,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> ToolSpec:
+        """A spec declared by a typed function: its name, its docstring's first paragraph
+        as the description, and its parameters (by pydantic) as ``input_schema``.
+
+        The executor validates the arguments into the parameters' types and calls ``fn``
+        with them as keywords; ``fn`` returns the JSON-able raw response.
+        """
+        schema, executor = function_arguments(fn)
+        return cls(
+            name=name or fn.__name__,
+            executor=executor,
+            projector=projector,
+            read_only=read_only,
+            timeout_s=timeout_s,
+            description=first_paragraph(fn.__doc__) if description is None else description,
+            input_schema=schema,
+        )
+
+    def schema_violation(self, arguments: Mapping[str, Any]) -> str | None:
+        """``None`` when ``arguments`` satisfy ``input_schema``, else the JSON Pointer of the
+        schema keyword they fail. Never raises, never names a value."""
+        if self._validator is None:
+            return None
+        return failed_schema_path(self._validator, arguments)
 
 
 class ToolRegistry:

@@ -42,6 +42,71 @@ DUMP_TIME_LIMIT_S = 20.0
 _SCALARS = (str, int, float, type(None))
 
 
+def _text(max_chars: int, description: str) -> dict[str, Any]:
+    # A non-blank string: the tools strip it and refuse what is left empty.
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": max_chars,
+        "pattern": r"\S",
+        "description": description,
+    }
+
+
+def _object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+#: The arguments each tool takes, as JSON Schema: what preflight checks and the frameworks
+#: show the model. The tools check the same rules again (they are callable on their own).
+SEARCH_DOCS_SCHEMA = _object(
+    {
+        "query": _text(MAX_QUERY_CHARS, "Words to look for in the runbooks."),
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_DOC_LIMIT,
+            "default": DEFAULT_DOC_LIMIT,
+            "description": "Most sections to return.",
+        },
+    },
+    "query",
+)
+SEARCH_LOGS_SCHEMA = _object(
+    {
+        "query": _text(MAX_QUERY_CHARS, "Text a log line must contain."),
+        "level": {
+            "type": "string",
+            "enum": [*logsearch.LEVELS, *(level.lower() for level in logsearch.LEVELS)],
+            "description": "Only lines of this level.",
+        },
+        "service": _text(64, "Only lines of this service (e.g. api, billing)."),
+    },
+    "query",
+)
+SQL_READ_SCHEMA = _object(
+    {
+        "sql": _text(MAX_SQL_CHARS, "One read-only SQLite statement; ? marks a parameter."),
+        "params": {
+            "type": "array",
+            "maxItems": MAX_SQL_PARAMS,
+            "items": {"type": ["string", "number", "null"]},
+            "description": "Values bound to the statement's ? marks, in order.",
+        },
+    },
+    "sql",
+)
+DUMP_TABLE_SCHEMA = _object({"table": _text(64, "A table or view of the database.")}, "table")
+DELETE_ROWS_SCHEMA = _object(
+    {"table": _text(64, "The table."), "where": _text(1000, "An SQL condition.")}, "table"
+)
+
+
 @cache
 def _document_index() -> DocumentIndex:
     # Built once per process: the bundled documents do not change while it runs.
@@ -127,6 +192,11 @@ def build_registry() -> ToolRegistry:
             ToolSpec(
                 name="search_docs",
                 executor=search_docs,
+                description=(
+                    "Search the Orbit API runbooks; returns the best matching sections"
+                    " with their sources."
+                ),
+                input_schema=SEARCH_DOCS_SCHEMA,
                 projector=DocumentSearchProjector(),
                 read_only=True,
                 timeout_s=10,
@@ -134,6 +204,11 @@ def build_registry() -> ToolRegistry:
             ToolSpec(
                 name="search_logs",
                 executor=search_logs,
+                description=(
+                    "Find lines of the Orbit API log that contain a text, optionally of"
+                    " one level and one service."
+                ),
+                input_schema=SEARCH_LOGS_SCHEMA,
                 projector=LogSearchProjector(),
                 read_only=True,
                 timeout_s=10,
@@ -141,6 +216,11 @@ def build_registry() -> ToolRegistry:
             ToolSpec(
                 name="sql_read",
                 executor=sql_read,
+                description=(
+                    "Run one read-only SQL statement on the Orbit database (services,"
+                    " incidents, deploys, request_metrics)."
+                ),
+                input_schema=SQL_READ_SCHEMA,
                 projector=SqlRowsProjector(corpus=DB_CORPUS),
                 read_only=True,
                 timeout_s=SQL_TIME_LIMIT_S + 5,
@@ -148,6 +228,8 @@ def build_registry() -> ToolRegistry:
             ToolSpec(
                 name="dump_table",
                 executor=dump_table,
+                description="Every row of one table or view of the Orbit database, uncapped.",
+                input_schema=DUMP_TABLE_SCHEMA,
                 projector=SqlRowsProjector(corpus=DB_CORPUS, scope_keys=("table",)),
                 read_only=True,
                 timeout_s=DUMP_TIME_LIMIT_S + 10,
@@ -155,6 +237,8 @@ def build_registry() -> ToolRegistry:
             ToolSpec(
                 name="delete_rows",
                 executor=delete_rows,
+                description="Delete rows of a table (a write tool: preflight refuses it).",
+                input_schema=DELETE_ROWS_SCHEMA,
                 projector=SqlRowsProjector(corpus=DB_CORPUS, scope_keys=("table", "where")),
                 read_only=False,
                 timeout_s=5,

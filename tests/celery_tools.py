@@ -88,6 +88,15 @@ def suicide(arguments: dict[str, Any]) -> Any:
 #: the worker-loss tests use (a worker refuses to start otherwise).
 TEST_TIMEOUT_S = 5.0
 
+#: The declared arguments of ``find`` (``lookup`` with a description and a schema), the tool
+#: the run-handle and adapter tests call.
+FIND_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 100}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
 
 def build_registry() -> ToolRegistry:
     hits = HitsProjector()
@@ -99,6 +108,12 @@ def build_registry() -> ToolRegistry:
     return ToolRegistry(
         [
             spec("lookup", lookup),
+            spec(
+                "find",
+                lookup,
+                description="Find documents about a query.",
+                input_schema=FIND_SCHEMA,
+            ),
             spec("boom", boom),
             spec("bad_projector", lookup, RaisingProjector()),
             spec("invalid_evidence", lookup, InvalidEvidenceProjector()),

@@ -1,0 +1,91 @@
+"""``RunBoundary``: one run's handle on a ``ToolBoundary``, what framework adapters call.
+
+An agent loop knows its run once; each tool call then needs only the framework's
+tool_call_id, the tool's name and its arguments: ``boundary.for_run(run).call(id, name, args)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from boundary.models import ObservedFacts, RunContext, Submission, ToolCallEnvelope, ToolOutcome
+from boundary.registry import ToolSpec
+
+if TYPE_CHECKING:
+    from boundary.core import ToolBoundary
+
+#: How long ``call`` waits for a call's outcome by default, in seconds.
+DEFAULT_CALL_TIMEOUT_S = 30.0
+
+
+class RunBoundary:
+    """The calls of one run. The tool_call_id is used exactly as given (never made up).
+
+    Args:
+        boundary: the boundary every call passes.
+        run: the run the calls belong to; every call is checked against it.
+        timeout: how long ``call``/``acall`` wait for an outcome unless told otherwise.
+    """
+
+    def __init__(
+        self, boundary: ToolBoundary, run: RunContext, *, timeout: float = DEFAULT_CALL_TIMEOUT_S
+    ) -> None:
+        self.boundary = boundary
+        self.run = run
+        self.timeout = timeout
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    def tools(self) -> list[ToolSpec]:
+        """The tools this run may call (authorized and read-only), in registration order:
+        what an adapter declares to the model."""
+        allowed = self.run.authorized_tools
+        return [spec for spec in self.boundary.registry if spec.name in allowed and spec.read_only]
+
+    def envelope(self, tool_call_id: str, tool_name: str, arguments: Any) -> ToolCallEnvelope:
+        """The call as the boundary takes it; ``arguments`` is JSON text, bytes or a dict."""
+        return ToolCallEnvelope(
+            run_id=self.run.run_id,
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
+            arguments=arguments,
+        )
+
+    def submit(self, tool_call_id: str, tool_name: str, arguments: Any) -> Submission:
+        """Preflight, record and dispatch without waiting."""
+        return self.boundary.submit(self.envelope(tool_call_id, tool_name, arguments), self.run)
+
+    def call(
+        self, tool_call_id: str, tool_name: str, arguments: Any, *, timeout: float | None = None
+    ) -> ToolOutcome:
+        """Submits the call and waits for its outcome: a bounded result or an error code."""
+        envelope = self.envelope(tool_call_id, tool_name, arguments)
+        return self.boundary.invoke(envelope, self.run, timeout=self._timeout(timeout))
+
+    async def acall(
+        self, tool_call_id: str, tool_name: str, arguments: Any, *, timeout: float | None = None
+    ) -> ToolOutcome:
+        """``call`` for an event loop: the loop is never blocked while the call runs."""
+        envelope = self.envelope(tool_call_id, tool_name, arguments)
+        return await _ainvoke(self.boundary, envelope, self.run, self._timeout(timeout))
+
+    def outcome(self, tool_call_id: str, *, timeout: float | None = None) -> ToolOutcome:
+        """The outcome of a call submitted earlier in this run."""
+        return self.boundary.outcome(self.run.run_id, tool_call_id, timeout=self._timeout(timeout))
+
+    def observe(self) -> ObservedFacts:
+        """The run's READY calls as bounded observed facts."""
+        return self.boundary.observe(self.run)
+
+    def _timeout(self, timeout: float | None) -> float:
+        return self.timeout if timeout is None else timeout
+
+
+async def _ainvoke(
+    boundary: ToolBoundary, envelope: ToolCallEnvelope, run: RunContext, timeout: float
+) -> ToolOutcome:
+    # The sync call in a worker thread keeps the event loop free.
+    return await asyncio.to_thread(boundary.invoke, envelope, run, timeout=timeout)
