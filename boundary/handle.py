@@ -45,8 +45,12 @@ class RunBoundary:
         allowed = self.run.authorized_tools
         return [spec for spec in self.boundary.registry if spec.name in allowed and spec.read_only]
 
-    def envelope(self, tool_call_id: str, tool_name: str, arguments: Any) -> ToolCallEnvelope:
-        """The call as the boundary takes it; ``arguments`` is JSON text, bytes or a dict."""
+    def envelope(
+        self, tool_call_id: str | None, tool_name: str | None, arguments: Any
+    ) -> ToolCallEnvelope:
+        """The call as the boundary takes it; ``arguments`` is JSON text, bytes or a dict.
+
+        A missing id or name is handed over as such: preflight refuses it with its code."""
         return ToolCallEnvelope(
             run_id=self.run.run_id,
             tool_call_id=tool_call_id,
@@ -54,19 +58,29 @@ class RunBoundary:
             arguments=arguments,
         )
 
-    def submit(self, tool_call_id: str, tool_name: str, arguments: Any) -> Submission:
+    def submit(self, tool_call_id: str | None, tool_name: str | None, arguments: Any) -> Submission:
         """Preflight, record and dispatch without waiting."""
         return self.boundary.submit(self.envelope(tool_call_id, tool_name, arguments), self.run)
 
     def call(
-        self, tool_call_id: str, tool_name: str, arguments: Any, *, timeout: float | None = None
+        self,
+        tool_call_id: str | None,
+        tool_name: str | None,
+        arguments: Any,
+        *,
+        timeout: float | None = None,
     ) -> ToolOutcome:
         """Submits the call and waits for its outcome: a bounded result or an error code."""
         envelope = self.envelope(tool_call_id, tool_name, arguments)
         return self.boundary.invoke(envelope, self.run, timeout=self._timeout(timeout))
 
     async def acall(
-        self, tool_call_id: str, tool_name: str, arguments: Any, *, timeout: float | None = None
+        self,
+        tool_call_id: str | None,
+        tool_name: str | None,
+        arguments: Any,
+        *,
+        timeout: float | None = None,
     ) -> ToolOutcome:
         """``call`` for an event loop: the loop is never blocked while the call runs."""
         envelope = self.envelope(tool_call_id, tool_name, arguments)
