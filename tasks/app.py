@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from celery import Celery
@@ -70,6 +71,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "interval_step": 0.2,
             "interval_max": 0.5,
         },
+        # A worker process that dies under a tool sends its execute task again, at most
+        # this many times (Celery applies annotations when it binds the task).
+        "task_annotations": {EXECUTE: {"max_retries": settings.worker_lost_max_retries}},
         "beat_schedule": {
             "reap-stuck-calls": {"task": REAP, "schedule": settings.reap_interval_s},
         },
@@ -86,8 +90,34 @@ def create_app(settings: Settings, name: str = "tool_boundary") -> Celery:
     return created
 
 
+class _SettingsConfig(Mapping[str, Any]):
+    """The Celery configuration of the process's settings, read when Celery first needs it.
+
+    Not at import: ``import tasks`` must not fail on a bad ``TOOL_BOUNDARY_*`` value, so the
+    CLI can report it as one line (exit 2) and a program can call ``configure()`` first.
+    """
+
+    def __init__(self) -> None:
+        self._config: dict[str, Any] | None = None
+
+    def _loaded(self) -> dict[str, Any]:
+        if self._config is None:
+            self._config = celery_config(get_settings())
+        return self._config
+
+    def __getitem__(self, name: str) -> Any:
+        return self._loaded()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+
 #: The app workers run (``celery -A tasks worker``).
-app = create_app(get_settings())
+app = Celery("tool_boundary")
+app.config_from_object(_SettingsConfig())
 
 
 def configure(settings: Settings, registry: ToolRegistry | None = None) -> Celery:

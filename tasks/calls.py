@@ -18,7 +18,8 @@ from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, To
 from boundary.steps import execute_step, project_step
 from boundary.store import WriteStatus
 from tasks.app import EXECUTE, PROJECT, REAP, app
-from tasks.runtime import get_runtime, get_settings
+from tasks.exits import EXIT_USAGE
+from tasks.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +56,10 @@ def _key(run_id: str, tool_call_id: str) -> CanonicalKey | None:
 @app.task(
     name=EXECUTE,
     acks_late=True,
-    # A killed worker process sends the task again, at most this many times; the step is
-    # idempotent, so a retry never runs a tool whose raw response is already kept.
+    # A killed worker process sends the task again, at most ``worker_lost_max_retries`` times
+    # (a task annotation of the app's config); the step is idempotent, so a retry never runs a
+    # tool whose raw response is already kept.
     retry_on_worker_lost=True,
-    max_retries=get_settings().worker_lost_max_retries,
     default_retry_delay=0,
     # Nothing of this step is worth storing, and a stored failure would carry a traceback.
     ignore_result=True,
@@ -152,8 +153,9 @@ def _check_runtime(**_: Any) -> None:
                 "call that is still running"
             )
     except ConfigurationError as exc:
+        # One line (the log's), then exit 2: a traceback would tell the operator nothing more.
         logger.critical("tool-boundary worker cannot start: %s", exc.problem)
-        raise SystemExit(f"tool-boundary worker cannot start: {exc.problem}") from None
+        raise SystemExit(EXIT_USAGE) from None
     logger.info(
         "tool-boundary worker: %d tool(s), longest timeout %.0fs", len(runtime.registry), longest
     )

@@ -9,15 +9,18 @@ reads the ``TOOL_BOUNDARY_*`` settings, has ``--json`` for scripts, and exits wi
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
 import sys
 import time
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import IO, Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -33,6 +36,14 @@ from boundary import (
     StoreUnavailable,
 )
 from boundary.models import is_safe_id
+from tasks.exits import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+)
 from tasks.runs import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_CHUNK_TIMEOUT_S,
@@ -41,16 +52,19 @@ from tasks.runs import (
     observe_run,
     reproject,
 )
-from tasks.settings import Settings, redis_location
+from tasks.services import ServiceUnavailable
+from tasks.settings import InvalidSettings, Settings, load_settings, redis_location
 
-#: Success.
-EXIT_OK = 0
-#: The record or run does not exist (or has expired).
-EXIT_NOT_FOUND = 1
-#: Bad usage: unknown command or option, a missing or unsafe id, bad settings.
-EXIT_USAGE = 2
-#: The store, broker or result backend is unreachable, or some runs could not be reprocessed.
-EXIT_UNAVAILABLE = 3
+__all__ = [
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "cli",
+    "main",
+]
 
 #: Display of a record's JSON fields: cut past this many characters (``--json`` never cuts).
 SHOW_CELL_CHARS = 2000
@@ -79,10 +93,9 @@ def _fail(message: str, code: int) -> NoReturn:
 
 def _settings() -> Settings:
     try:
-        return Settings()
-    except ValidationError as exc:
-        names = sorted({"TOOL_BOUNDARY_" + str(e["loc"][0]).upper() for e in exc.errors()})
-        _fail(f"invalid settings: {', '.join(names)}", EXIT_USAGE)
+        return load_settings()
+    except InvalidSettings as exc:
+        _fail(exc.problem, EXIT_USAGE)
 
 
 def _store(settings: Settings) -> RedisCanonicalStore:
@@ -105,12 +118,17 @@ def _reaching(settings: Settings) -> Iterator[None]:
     except StoreError as exc:
         where = redis_location(settings.store_url)
         _fail(f"the store at {where} failed ({exc.code.value})", EXIT_UNAVAILABLE)
+    except ServiceUnavailable as exc:
+        if exc.hint:
+            _fail(exc.hint, EXIT_UNAVAILABLE)
+        _fail(_unreachable(settings, exc.part, exc.code.value), EXIT_UNAVAILABLE)
     except ReprojectError as exc:
-        url = settings.broker if exc.part == "broker" else settings.backend
-        _fail(
-            f"the {exc.part} at {redis_location(url)} is unreachable ({exc.code.value})",
-            EXIT_UNAVAILABLE,
-        )
+        _fail(_unreachable(settings, exc.part, exc.code.value), EXIT_UNAVAILABLE)
+
+
+def _unreachable(settings: Settings, part: str, code: str) -> str:
+    url = settings.broker if part == "broker" else settings.backend
+    return f"the {part} at {redis_location(url)} is unreachable ({code})"
 
 
 def _require_id(value: str, what: str) -> str:
@@ -479,9 +497,36 @@ def demo(
         _fail("the run did not go as scripted (see the unexpected calls)", EXIT_NOT_FOUND)
 
 
+class _Interrupted(BaseException):
+    """Ctrl-C, raised by our SIGINT handler: click would turn a ``KeyboardInterrupt`` into
+    ``Aborted!`` and exit 1; this passes through it to ``main``."""
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    if logging.root.manager.disable >= logging.CRITICAL:
+        # A second Ctrl-C while the first one's clean-up runs: leave now.
+        os._exit(EXIT_INTERRUPTED)
+    # The process is ending: the embedded worker's complaints about calls cut short (its
+    # store going away under them) would bury the one line that says what happened.
+    logging.disable(logging.CRITICAL)
+    raise _Interrupted()
+
+
 def main() -> None:
-    """The ``tool-boundary`` console script."""
-    cli()
+    """The ``tool-boundary`` console script: every failure is one line on stderr.
+
+    Ctrl-C exits ``EXIT_INTERRUPTED``; an unexpected exception (a bug) prints its type only,
+    never its message (it may hold a URL or a payload), and exits ``EXIT_INTERNAL``.
+    """
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        cli()
+    except _Interrupted:
+        typer.echo("\ninterrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        typer.echo(f"error: unexpected {type(exc).__name__} (a bug; please report)", err=True)
+        sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":

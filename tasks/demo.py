@@ -28,6 +28,7 @@ from boundary import (
 from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, configure
 from tasks.dispatcher import CeleryDispatcher
 from tasks.runtime import get_runtime
+from tasks.services import check_broker, check_result_backend, check_workers
 from tasks.settings import Settings, redis_location
 
 #: Seconds the demo waits for one call before calling it stuck.
@@ -217,11 +218,18 @@ def run_demo(
             mode="embedded" if embedded else "redis",
             store=redis_location(settings.store_url),
         )
+        runtime = get_runtime()
+        # Each service answers, or the demo ends now with one line saying which does not.
+        runtime.store.ping()
+        check_broker(app, settings.publish_timeout_s)
+        check_result_backend(app)
+        if not start_worker:
+            check_workers(app)
         if on_ready is not None:
             on_ready(report)
         if start_worker:
             stack.enter_context(worker_thread(app))
-        boundary = get_runtime().boundary(CeleryDispatcher(app))
+        boundary = runtime.boundary(CeleryDispatcher(app))
         run = RunContext(
             run_id=report.run_id,
             deadline=datetime.now(UTC) + timedelta(minutes=5),

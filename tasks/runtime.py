@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from boundary import RedisCanonicalStore, ToolBoundary, ToolRegistry, load_registry
 from boundary.dispatch import Dispatcher
-from tasks.settings import Settings
+from tasks.exits import EXIT_USAGE, exit_with
+from tasks.settings import InvalidSettings, Settings, load_settings
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,24 @@ def configure_runtime(settings: Settings, registry: ToolRegistry | None = None) 
 
 
 def get_settings() -> Settings:
+    """The process's settings, from the environment on first use.
+
+    Raises:
+        InvalidSettings: a ``TOOL_BOUNDARY_*`` variable does not validate.
+    """
     global _settings
     with _lock:
         if _settings is None:
-            _settings = Settings()
+            _settings = load_settings()
         return _settings
+
+
+def exit_on_invalid_settings() -> None:
+    """Ends the process with one line and ``EXIT_USAGE`` when the settings do not validate."""
+    try:
+        get_settings()
+    except InvalidSettings as exc:
+        exit_with(f"tool-boundary: {exc.problem}", EXIT_USAGE)
 
 
 def get_runtime() -> Runtime:

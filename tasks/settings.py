@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from boundary import Limits
+from boundary import ConfigurationError, Limits
 from boundary.core import DEFAULT_MAX_PENDING_S, DEFAULT_REAP_GRACE_S
 from boundary.limits import (
     DEFAULT_MAX_AGENT_RESULT_BYTES,
@@ -83,6 +83,30 @@ class Settings(BaseSettings):
     def limits(self) -> Limits:
         """The byte limits: each ``Limits`` field comes from the setting of the same name."""
         return Limits(**{name: getattr(self, name) for name in Limits.model_fields})
+
+
+class InvalidSettings(ConfigurationError):
+    """``TOOL_BOUNDARY_*`` variables that do not validate.
+
+    Names only: a value may be a password (a URL's) or a secret pasted in the wrong place.
+    """
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(f"invalid settings: {', '.join(names)}")
+        self.names = names
+
+
+def load_settings() -> Settings:
+    """The settings of the environment.
+
+    Raises:
+        InvalidSettings: naming each variable that does not validate, never its value.
+    """
+    try:
+        return Settings()
+    except ValidationError as exc:
+        names = sorted({"TOOL_BOUNDARY_" + str(err["loc"][0]).upper() for err in exc.errors()})
+        raise InvalidSettings(names) from None
 
 
 def redis_location(url: str) -> str:

@@ -1,0 +1,30 @@
+"""Exit codes of every tool-boundary process: the CLI, the demo and the workers.
+
+Each failure ends in one line on stderr and one of these codes, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+#: Success.
+EXIT_OK = 0
+#: The record or run does not exist (or has expired); the demo: a call did not end as scripted.
+EXIT_NOT_FOUND = 1
+#: Bad usage: unknown command or option, a missing or unsafe id, invalid ``TOOL_BOUNDARY_*``
+#: settings, a tool registry that cannot be loaded.
+EXIT_USAGE = 2
+#: The store, broker, result backend or workers are unreachable, or some runs could not be
+#: reprocessed.
+EXIT_UNAVAILABLE = 3
+#: An unexpected internal error (a bug): its type is printed, never its message.
+EXIT_INTERNAL = 4
+#: Interrupted (Ctrl-C): 128 + SIGINT, as shells report it.
+EXIT_INTERRUPTED = 130
+
+
+def exit_with(message: str, code: int) -> NoReturn:
+    """Prints ``error: <message>`` as one line on stderr and exits with ``code``."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(code)
