@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -69,6 +70,16 @@ def sleepy(arguments: dict[str, Any]) -> dict[str, Any]:
     return {"hits": [{"id": f"slept-{arguments.get('n', 0)}", "pid": os.getpid()}]}
 
 
+#: Opened by a test's event loop while ``gate`` waits on it: an adapter's async path that
+#: blocked the loop would leave it shut (the worker thread shares this process).
+GATE = threading.Event()
+
+
+def gate(arguments: dict[str, Any]) -> dict[str, Any]:
+    opened = GATE.wait(timeout=4.0)
+    return {"hits": [{"id": "opened" if opened else "shut"}]}
+
+
 def huge_raw(arguments: dict[str, Any]) -> dict[str, Any]:
     return {"blob": "y" * (int(arguments.get("bytes", 2_000_000)))}
 
@@ -115,6 +126,7 @@ def build_registry() -> ToolRegistry:
                 input_schema=FIND_SCHEMA,
             ),
             spec("boom", boom),
+            spec("gate", gate),
             spec("bad_projector", lookup, RaisingProjector()),
             spec("invalid_evidence", lookup, InvalidEvidenceProjector()),
             spec("huge_raw", huge_raw),

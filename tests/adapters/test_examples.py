@@ -1,0 +1,55 @@
+"""Every framework example runs offline as its own process (embedded Redis-protocol server and
+a real Celery worker thread), and keeps its glue within five marked lines."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "frameworks"
+#: Each example and the SDK module it needs.
+SDKS = {
+    "openai_chat": "openai",
+    "openai_responses": "openai",
+    "anthropic_messages": "anthropic",
+}
+#: The most lines of glue an example may need.
+MAX_GLUE_LINES = 5
+
+
+def glue_lines(example: str) -> list[str]:
+    text = (EXAMPLES / f"{example}.py").read_text(encoding="utf-8")
+    return [line.strip() for line in text.splitlines() if line.rstrip().endswith("# glue")]
+
+
+def test_every_example_is_listed() -> None:
+    found = {p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_")}
+    assert found == set(SDKS)
+
+
+@pytest.mark.parametrize("example", sorted(SDKS))
+def test_the_example_runs_offline_with_at_most_five_glue_lines(example: str) -> None:
+    if importlib.util.find_spec(SDKS[example]) is None:
+        pytest.skip(f"{SDKS[example]} is not installed")
+    assert 0 < len(glue_lines(example)) <= MAX_GLUE_LINES
+    # Embedded mode: no TOOL_BOUNDARY_* setting reaches the example.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", f"examples.frameworks.{example}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "answer:" in done.stdout
+    assert "Traceback" not in done.stderr
