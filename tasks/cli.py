@@ -44,6 +44,7 @@ from tasks.exits import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
 )
+from tasks.mcp_server.command import mcp_command
 from tasks.runs import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_CHUNK_TIMEOUT_S,
@@ -510,6 +511,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     # store going away under them) would bury the one line that says what happened.
     logging.disable(logging.CRITICAL)
     raise _Interrupted()
+
+
+cli.command("mcp")(mcp_command)
 
 
 def main() -> None:

@@ -145,6 +145,11 @@ class CanonicalStore(ABC):
         """
 
     @abstractmethod
+    def ttl_ms(self, key: CanonicalKey) -> int | None:
+        """The record's remaining TTL in milliseconds, ``None`` when missing or expired. Never
+        touches the expiry."""
+
+    @abstractmethod
     def progress(self, run_id: str) -> list[ProgressEntry]:
         """The run's completed identities in acceptance order, each with its record (without
         the raw response). Never touches the expiry."""

@@ -266,6 +266,12 @@ class RedisCanonicalStore(CanonicalStore):
                 fields = {f: v for f, v in zip(_PROGRESS_FIELDS, values, strict=True) if v}
         return _decode_record(fields) if fields else None
 
+    def ttl_ms(self, key: CanonicalKey) -> int | None:
+        with _translated():
+            left = int(self.client.pttl(keys.record_key(key)))
+        # -2: no such key; -1: no expiry, which a record never lacks (it is not ours).
+        return left if left >= 0 else None
+
     def progress(self, run_id: str) -> list[ProgressEntry]:
         with _translated():
             members: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]

@@ -1,0 +1,130 @@
+"""Client side of the Tasks extension for the SDK's ``Client``: the task handle a
+``tools/call`` may answer with, ``tasks/get`` / ``tasks/cancel`` requests, and an extension
+that resolves a handle by polling (``Client(..., extensions=[TasksExtension()])``).
+
+The SDK (``mcp`` 2.3) carries claimed result shapes and custom requests but ships no Tasks
+types for the 2026-07-28 extension; these follow its published schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import anyio
+import mcp_types as types
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.session import ClientSession
+
+from tasks.mcp_server.results import TASKS_EXTENSION
+
+#: Statuses a task never leaves.
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+#: Poll interval when the server suggests none, seconds.
+DEFAULT_POLL_S = 0.5
+
+
+class TaskIdParams(types.RequestParams):
+    task_id: str
+
+
+class GetTaskRequest(types.Request[TaskIdParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: TaskIdParams
+    #: SEP-2663: the task id travels in the ``Mcp-Name`` header too, for routing.
+    name_param = "taskId"
+
+
+class CancelTaskRequest(types.Request[TaskIdParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    params: TaskIdParams
+    name_param = "taskId"
+
+
+class _TaskFields(types.Result):
+    task_id: str
+    status: str
+    status_message: str | None = None
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None
+    poll_interval_ms: int | None = None
+
+
+class TaskHandle(_TaskFields):
+    """A ``CreateTaskResult``: ``tools/call`` answered that the call runs as a task."""
+
+    result_type: Literal["task"] = "task"
+
+
+class DetailedTask(_TaskFields):
+    """A ``tasks/get`` answer: the task, with its ``result`` once ``completed``."""
+
+    result_type: str | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def call_result(self) -> types.CallToolResult | None:
+        """The ``CallToolResult`` of a completed task."""
+        return types.CallToolResult.model_validate(self.result) if self.result else None
+
+
+async def get_task(session: ClientSession, task_id: str) -> DetailedTask:
+    """``tasks/get``; raises ``MCPError`` (-32602) for an unknown or expired task."""
+    return await session.send_request(
+        GetTaskRequest(params=TaskIdParams(task_id=task_id)), DetailedTask
+    )
+
+
+async def cancel_task(session: ClientSession, task_id: str) -> None:
+    """``tasks/cancel``: an acknowledgement; the task's status says what happened."""
+    await session.send_request(
+        CancelTaskRequest(params=TaskIdParams(task_id=task_id)), types.Result
+    )
+
+
+async def wait_task(
+    session: ClientSession, task_id: str, *, poll_s: float | None = None, timeout_s: float = 600.0
+) -> DetailedTask:
+    """Polls until the task is terminal, at the server's suggested interval unless given."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            task = await get_task(session, task_id)
+            if task.terminal:
+                return task
+            interval = poll_s
+            if interval is None:
+                interval = (task.poll_interval_ms or DEFAULT_POLL_S * 1000) / 1000
+            await anyio.sleep(interval)
+
+
+def cancelled_result(task: DetailedTask) -> types.CallToolResult:
+    message = task.status_message or "The call was cancelled before it finished."
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"CANCELLED: {message}")],
+        structured_content={"error_code": "CANCELLED", "message": message},
+        is_error=True,
+    )
+
+
+class TasksExtension(ClientExtension):
+    """Declares the Tasks extension and turns a task handle back into the tool's result by
+    polling, so ``client.call_tool`` returns a ``CallToolResult`` as usual."""
+
+    identifier = TASKS_EXTENSION
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=TaskHandle, resolve=self._resolve)]
+
+    async def _resolve(self, handle: TaskHandle, ctx: ClaimContext) -> types.CallToolResult:
+        task = await wait_task(ctx.session, handle.task_id)
+        result = task.call_result()
+        if result is not None:
+            return result
+        if task.status == "cancelled":
+            return cancelled_result(task)
+        raise RuntimeError(f"task {handle.task_id} ended {task.status} without a result")

@@ -1,0 +1,120 @@
+"""What the server answers, built from the boundary's values: tool listings, tool results and
+task states. Only bounded results, stable codes and fixed sentences go out; nothing raw."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+import mcp_types as types
+
+from boundary import ErrorCode, InvocationStatus, ToolOutcome, ToolSpec
+from boundary.limits import canonical_json
+from tasks.mcp_server.calls import TaskState
+
+#: The Tasks extension (SEP-2663).
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+#: ``_meta`` keys of the agent's ids, on requests and on every result.
+RUN_ID_META = "tool-boundary/run_id"
+TOOL_CALL_ID_META = "tool-boundary/tool_call_id"
+#: Prefix of the tool_call_id the server mints when a request carries none.
+MINTED_PREFIX = "mcp-"
+
+#: The schema of a tool that declares none: any JSON object.
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def tool_entry(spec: ToolSpec) -> types.Tool:
+    """The MCP listing of a registered read-only tool (description and input schema when the
+    spec declares them)."""
+    schema = getattr(spec, "input_schema", None) or ANY_OBJECT
+    description = getattr(spec, "description", None) or None
+    return types.Tool(
+        name=spec.name,
+        description=description,
+        input_schema=dict(schema),
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    )
+
+
+def ids_meta(run_id: str, tool_call_id: str) -> dict[str, Any]:
+    return {RUN_ID_META: run_id, TOOL_CALL_ID_META: tool_call_id}
+
+
+def error_result(code: ErrorCode, meta: dict[str, Any] | None = None) -> types.CallToolResult:
+    """``isError`` with the code and its fixed sentence, nothing else."""
+    payload = {"error_code": code.value, "message": code.message}
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"{code.value}: {code.message}")],
+        structured_content=payload,
+        is_error=True,
+        _meta=meta,
+    )
+
+
+def tool_result(outcome: ToolOutcome, meta: dict[str, Any]) -> types.CallToolResult:
+    """A sealed outcome as a ``CallToolResult``: READY carries the bounded result (with its
+    evidence status and scope) as structured content and the same JSON as text."""
+    if outcome.status is not InvocationStatus.READY:
+        return error_result(outcome.error_code or ErrorCode.TOOL_EXECUTION_FAILED, meta)
+    payload = {
+        "evidence_status": outcome.evidence_status.value,
+        "result": outcome.result,
+        "scope": outcome.scope,
+    }
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=canonical_json(payload))],
+        structured_content=payload,
+        is_error=False,
+        _meta=meta,
+    )
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def task_status(outcome: ToolOutcome | None) -> str:
+    """PROJECTING is ``working``; a cancelled call is ``cancelled``; every other sealed call is
+    ``completed``, an ERROR one with an ``isError`` result (SEP-2663 keeps ``failed`` for
+    JSON-RPC errors, which a sealed record never is)."""
+    if outcome is None:
+        return "working"
+    if outcome.error_code is ErrorCode.CANCELLED:
+        return "cancelled"
+    return "completed"
+
+
+def task_fields(task_id: str, state: TaskState, poll_interval_ms: int) -> dict[str, Any]:
+    """A ``DetailedTask``: the record's status, timestamps and TTL, and its result once
+    completed. ``ttlMs`` counts from creation to the record's expiry as Redis keeps it."""
+    status = task_status(state.outcome)
+    created_ms = int(state.created_at.timestamp() * 1000)
+    ttl_ms = None
+    if state.ttl_ms is not None:
+        ttl_ms = max(0, int(time.time() * 1000) + state.ttl_ms - created_ms)
+    fields: dict[str, Any] = {
+        "taskId": task_id,
+        "status": status,
+        "createdAt": _iso(state.created_at),
+        "lastUpdatedAt": _iso(state.updated_at),
+        "ttlMs": ttl_ms,
+        "pollIntervalMs": poll_interval_ms,
+    }
+    record = state.record
+    if status == "cancelled":
+        fields["statusMessage"] = ErrorCode.CANCELLED.message
+    elif status == "completed" and state.outcome is not None:
+        result = tool_result(state.outcome, ids_meta(record.run_id, record.tool_call_id))
+        fields["result"] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return fields
+
+
+def created_task(task_id: str, state: TaskState, poll_interval_ms: int) -> dict[str, Any]:
+    """A ``CreateTaskResult`` (``resultType: "task"``): the task's seed state (a ``Task``, so
+    no inlined result even if the call already finished), with the agent's ids in ``_meta``."""
+    record = state.record
+    fields = task_fields(task_id, state, poll_interval_ms)
+    fields.pop("result", None)
+    return {"resultType": "task", **fields, "_meta": ids_meta(record.run_id, record.tool_call_id)}
