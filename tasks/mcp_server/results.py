@@ -28,12 +28,10 @@ ANY_OBJECT: dict[str, Any] = {"type": "object"}
 def tool_entry(spec: ToolSpec) -> types.Tool:
     """The MCP listing of a registered read-only tool (description and input schema when the
     spec declares them)."""
-    schema = getattr(spec, "input_schema", None) or ANY_OBJECT
-    description = getattr(spec, "description", None) or None
     return types.Tool(
         name=spec.name,
-        description=description,
-        input_schema=dict(schema),
+        description=spec.description or None,
+        input_schema=dict(spec.input_schema or ANY_OBJECT),
         annotations=types.ToolAnnotations(read_only_hint=True),
     )
 
