@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from boundary import ConfigurationError, Limits
@@ -32,7 +32,10 @@ class Settings(BaseSettings):
     ``TOOL_BOUNDARY_REDIS_URL`` is the store; ``BROKER_URL`` and ``RESULT_BACKEND`` default to it.
     """
 
-    model_config = SettingsConfigDict(env_prefix="TOOL_BOUNDARY_", extra="ignore")
+    # A rejected URL may hold a password: pydantic must not echo it in its error.
+    model_config = SettingsConfigDict(
+        env_prefix="TOOL_BOUNDARY_", extra="ignore", hide_input_in_errors=True
+    )
 
     redis_url: str | None = None
     broker_url: str | None = None
@@ -66,6 +69,19 @@ class Settings(BaseSettings):
     task_time_limit_s: float = Field(default=3600.0, gt=0)
     #: Seconds a broker publish may take (connecting included) before dispatch fails.
     publish_timeout_s: float = Field(default=5.0, gt=0)
+
+    @field_validator("redis_url", "broker_url", "result_backend")
+    @classmethod
+    def _parsable_url(cls, value: str | None) -> str | None:
+        """A URL whose password holds a reserved character (``/ # ?``) unencoded splits in
+        the wrong place: kombu then prints part of the password as the "port" in its
+        traceback. Refused here, naming no part of it."""
+        if value is not None and not _parsable(value):
+            raise ValueError(
+                "not a URL; percent-encode reserved characters in the password "
+                "(/ as %2F, # as %23, ? as %3F)"
+            )
+        return value
 
     @property
     def store_url(self) -> str:
@@ -107,6 +123,22 @@ def load_settings() -> Settings:
     except ValidationError as exc:
         names = sorted({"TOOL_BOUNDARY_" + str(err["loc"][0]).upper() for err in exc.errors()})
         raise InvalidSettings(names) from None
+
+
+def _parsable(url: str) -> bool:
+    """Whether ``url`` splits where its writer meant: a scheme, a numeric port if any, a host
+    for network schemes, and no ``@`` after the host (a sign the password was cut short)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError:
+        return False
+    if not parts.scheme:
+        return False
+    if any("@" in piece for piece in (parts.path, parts.query, parts.fragment)):
+        return False
+    network = parts.scheme not in ("unix", "redis+socket", "memory", "filesystem")
+    return not network or bool(parts.hostname) or parts.netloc == ""
 
 
 def redis_location(url: str) -> str:
