@@ -1,17 +1,22 @@
 """Shared fixtures: real Redis on a DB of our own, flushed before and after each test.
 
-Locally a missing Redis skips the tests that need it; under CI (``CI`` set) it fails them.
+The server and DB numbers come from ``tests/settings.py`` (``TB_TEST_*`` variables). Locally
+a missing Redis skips the tests that need it (probed once per session, so skipping is fast);
+under CI (``CI`` set) it fails them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Iterator
 
 import pytest
 import redis
 from celery import Celery
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from boundary import (
     InProcessDispatcher,
@@ -24,54 +29,107 @@ from tasks import CeleryDispatcher, configure
 from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tests.settings import SUITE
 
 pytest_plugins = ("celery.contrib.pytest",)
 
 CI = bool(os.environ.get("CI"))
-REDIS_HOST = os.environ.get("TB_TEST_REDIS_HOST", "127.0.0.1")
-REDIS_PORT = int(os.environ.get("TB_TEST_REDIS_PORT", "6379"))
+REDIS_HOST = SUITE.redis_host
+REDIS_PORT = SUITE.redis_port
 #: The store's DB in tests; the Celery broker's and result backend's DBs.
-STORE_DB = int(os.environ.get("TB_TEST_STORE_DB", "11"))
-BROKER_DB = int(os.environ.get("TB_TEST_BROKER_DB", "12"))
-BACKEND_DB = int(os.environ.get("TB_TEST_BACKEND_DB", "13"))
+STORE_DB = SUITE.store_db
+BROKER_DB = SUITE.broker_db
+BACKEND_DB = SUITE.backend_db
 #: The broker DB of worker subprocesses, apart from the in-process worker's queues.
-SUBPROCESS_BROKER_DB = int(os.environ.get("TB_TEST_SUBPROCESS_BROKER_DB", "10"))
+SUBPROCESS_BROKER_DB = SUITE.subprocess_broker_db
 #: RabbitMQ for the tests that run once more with it as the broker.
-AMQP_URL = os.environ.get("TB_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+AMQP_URL = SUITE.amqp_url
 #: The raw-response limit of the Celery tests' settings (small, so a test can pass it).
 CELERY_MAX_RAW_BYTES = 100_000
+#: Seconds a probe of a service may take: a missing service skips in well under a second
+#: (under CI, where it fails, a loaded machine gets longer).
+PROBE_TIMEOUT_S = 5.0 if CI else 0.5
+#: Keys this suite (and the Celery, kombu and tool-boundary code it runs) writes. A DB holding
+#: any other key belongs to someone else and is not flushed (unless TB_TEST_FLUSH_ANY=1).
+OWN_KEYS = re.compile(
+    r"^(tb:|celery|_kombu\.|unacked|tools|projections|.*\.reply\.celery\.pidbox$)"
+)
 
 
 def redis_url(db: int) -> str:
     return f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
 
 
+#: Probe results of this session, by (host, port): None when it answered, else why not.
+_probes: dict[tuple[str, int], str | None] = {}
+#: The DBs found to hold only this suite's keys (or told to be flushed anyway).
+_checked_dbs: set[int] = set()
+
+
+def _probe(name: str, host: str, port: int, ping: bool) -> str | None:
+    """Probes a service once per session; every later test reuses the answer."""
+    if (host, port) not in _probes:
+        try:
+            if ping:
+                # No retries: redis-py's default backoff made each skip take about 4 s.
+                client = redis.Redis(
+                    host=host,
+                    port=port,
+                    socket_connect_timeout=PROBE_TIMEOUT_S,
+                    socket_timeout=PROBE_TIMEOUT_S * 4,
+                    retry=Retry(NoBackoff(), 0),
+                )
+                client.ping()
+                client.close()
+            else:
+                socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+            _probes[host, port] = None
+        except (OSError, redis.RedisError) as exc:
+            _probes[host, port] = f"{name} is not running at {host}:{port}: {exc}"
+    return _probes[host, port]
+
+
 def require_service(name: str, host: str, port: int) -> None:
     """Skips locally, fails under CI, when a service the test needs does not answer."""
-    try:
-        socket.create_connection((host, port), timeout=2).close()
-    except OSError as exc:
+    problem = _probe(name, host, port, ping=name == "Redis")
+    if problem is not None:
         if CI:
-            raise
-        pytest.skip(f"{name} is not running at {host}:{port}: {exc}")
+            pytest.fail(problem)
+        pytest.skip(problem)
 
 
 def _require_redis(db: int) -> redis.Redis:
-    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db, decode_responses=True)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        if CI:
-            raise
-        pytest.skip(f"Redis is not running at {REDIS_HOST}:{REDIS_PORT}: {exc}")
+    require_service("Redis", REDIS_HOST, REDIS_PORT)
+    return redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db, decode_responses=True)
+
+
+def flush_db(db: int) -> redis.Redis:
+    """Flushes one of the suite's DBs; refuses (ends the session) a DB not named by the
+    settings, or one that holds keys this suite does not write, unless TB_TEST_FLUSH_ANY=1."""
+    if db not in SUITE.flushed_dbs:
+        pytest.exit(f"the tests may only flush DBs {SUITE.flushed_dbs}, not {db}", returncode=4)
+    client = _require_redis(db)
+    if db not in _checked_dbs and not SUITE.flush_any:
+        foreign = next(
+            (key for key in client.scan_iter(count=1000) if not OWN_KEYS.match(key)), None
+        )
+        if foreign is not None:
+            pytest.exit(
+                f"Redis {REDIS_HOST}:{REDIS_PORT} DB {db} holds keys this test suite did not "
+                f"write (e.g. {foreign!r}); choose free DBs with TB_TEST_STORE_DB, "
+                "TB_TEST_BROKER_DB, TB_TEST_BACKEND_DB, TB_TEST_SUBPROCESS_BROKER_DB, or set "
+                "TB_TEST_FLUSH_ANY=1 to flush it anyway",
+                returncode=4,
+            )
+    _checked_dbs.add(db)
+    client.flushdb()
     return client
 
 
 @pytest.fixture
 def redis_client() -> Iterator[redis.Redis]:
     """A raw client on the store's test DB, flushed before and after the test."""
-    client = _require_redis(STORE_DB)
-    client.flushdb()
+    client = flush_db(STORE_DB)
     yield client
     client.flushdb()
     client.close()
@@ -128,7 +186,7 @@ def celery_settings() -> Settings:
 def celery_session_app(celery_settings: Settings) -> Celery:
     """The project's own app (not a TestApp), pointed at the test DBs."""
     for db in (BROKER_DB, BACKEND_DB):
-        _require_redis(db).flushdb()
+        flush_db(db)
     return configure(celery_settings)
 
 

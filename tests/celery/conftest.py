@@ -20,9 +20,8 @@ from tests.celery_tools import registry
 from tests.conftest import (
     AMQP_URL,
     BACKEND_DB,
-    REDIS_HOST,
-    REDIS_PORT,
     celery_test_settings,
+    flush_db,
     require_service,
 )
 
@@ -58,7 +57,7 @@ def stack(request: pytest.FixtureRequest, redis_client: redis.Redis) -> Stack:
     else:
         app = request.getfixturevalue("rabbitmq_worker")
     # Results of earlier tests' calls (same ids, records flushed) must not be read as stale.
-    redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=BACKEND_DB).flushdb()
+    flush_db(BACKEND_DB)
     boundary = get_runtime().boundary(CeleryDispatcher(app))
     return Stack(name=request.param, boundary=boundary, app=app)
 

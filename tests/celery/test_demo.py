@@ -17,7 +17,7 @@ from boundary import CanonicalKey, InvocationStatus
 from tasks.demo import SCRIPT
 from tasks.runtime import get_runtime
 from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
-from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
+from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 
 EXPECTED = [
     ("search_docs", "call_search_1", "READY", "EVIDENCE_FOUND", None),
@@ -137,7 +137,7 @@ def test_demo_with_no_worker_uses_external_workers(
     settings = celery_test_settings(
         broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="examples.tools:registry"
     )
-    redis.Redis.from_url(redis_url(SUBPROCESS_BROKER_DB)).flushdb()
+    flush_db(SUBPROCESS_BROKER_DB)
     with celery_process(
         settings, *worker_args("external"), log=tmp_path / "worker.log", extra_env=env
     ):

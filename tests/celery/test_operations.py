@@ -24,7 +24,7 @@ from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tests.celery.conftest import RUN
 from tests.celery.workers import ROOT, settings_env
-from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
+from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 
 COMPOSE_KEYS = {"name", "services", "volumes", "networks", "configs", "secrets"}
 SERVICE_KEYS = {
@@ -88,8 +88,7 @@ def test_procfile_processes_start_under_honcho_and_serve_a_call(
 ) -> None:
     # Given the Procfile's processes under honcho, on a broker DB of their own
     settings = celery_test_settings(broker_url=redis_url(SUBPROCESS_BROKER_DB), reap_interval_s=1)
-    broker = redis.Redis.from_url(redis_url(SUBPROCESS_BROKER_DB))
-    broker.flushdb()
+    broker = flush_db(SUBPROCESS_BROKER_DB)
     env = settings_env(settings) | {"FLOWER_PORT": "0", "TMPDIR": str(tmp_path)}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     log = tmp_path / "honcho.log"

@@ -30,7 +30,7 @@ from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
-from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
+from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 
 
 @pytest.fixture
@@ -46,8 +46,7 @@ def isolated(
         visibility_timeout_s=10,
         restore_sweep_s=1,
     )
-    broker = redis.Redis.from_url(redis_url(SUBPROCESS_BROKER_DB))
-    broker.flushdb()
+    broker = flush_db(SUBPROCESS_BROKER_DB)
     app = create_app(settings, name="tests_isolated")
     boundary = get_runtime().boundary(CeleryDispatcher(app))
     yield settings, app, boundary
