@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode
 
 #: A run id or tool call id is safe when it matches this (no blanks, braces, colons, controls).
@@ -134,6 +135,8 @@ class CanonicalRecord(_Frozen):
     created_at: datetime
     updated_at: datetime
     deadline: datetime | None = None
+    #: Why the tool or projector failed (type and frame, never the message); Harness-only.
+    diagnostic: Diagnostic | None = None
 
     @property
     def key(self) -> CanonicalKey:

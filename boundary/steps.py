@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from boundary.diagnostics import Diagnostic, Stage
 from boundary.errors import ErrorCode, ToolTimeout
 from boundary.limits import Limits, canonical_json, utf8_size
 from boundary.models import (
@@ -35,6 +36,10 @@ from boundary.registry import ToolRegistry
 from boundary.store.base import CanonicalStore, WriteStatus
 
 logger = logging.getLogger(__name__)
+
+EXECUTE, PROJECT = Stage.EXECUTE, Stage.PROJECT
+#: The note of a call whose tool the worker's registry does not have.
+NOT_REGISTERED = "the tool is not in this worker's registry (TOOL_BOUNDARY_TOOLS)"
 
 
 class ExecuteResult(StrEnum):
@@ -145,10 +150,25 @@ def _run_bounded(spec_executor: Any, arguments: dict[str, Any], timeout_s: float
     return _tool_threads().run(spec_executor, arguments, timeout_s)
 
 
-def _seal_error(store: CanonicalStore, key: CanonicalKey, code: ErrorCode) -> None:
-    status = store.seal_error(key, code)
+def _seal_error(
+    store: CanonicalStore,
+    key: CanonicalKey,
+    code: ErrorCode,
+    diagnostic: Diagnostic | None = None,
+) -> None:
+    if diagnostic is not None:
+        diagnostic.log(key.identity)
+    status = store.seal_error(key, code, diagnostic=diagnostic)
     # Codes only: the reason a call ended is never logged with its payload.
     logger.info("call %s sealed ERROR %s (%s)", key.identity, code.value, status.value)
+
+
+def _failed(
+    tool: str, code: ErrorCode, stage: Stage, exc: BaseException | None = None, note: str = ""
+) -> Diagnostic:
+    if exc is not None:
+        return Diagnostic.of_exception(tool, code, stage, exc)
+    return Diagnostic.of_note(tool, code, stage, note)
 
 
 def execute_step(
@@ -178,9 +198,11 @@ def execute_step(
         _seal_error(store, key, ErrorCode.RUN_DEADLINE_EXCEEDED)
         return ExecuteResult.SEALED
     spec = registry.get(record.tool_name)
+    tool = record.tool_name
     if spec is None:
         # The worker's registry lacks a tool the caller's had: a deployment mismatch.
-        _seal_error(store, key, ErrorCode.TOOL_EXECUTION_FAILED)
+        code = ErrorCode.TOOL_EXECUTION_FAILED
+        _seal_error(store, key, code, _failed(tool, code, EXECUTE, note=NOT_REGISTERED))
         return ExecuteResult.SEALED
     # The tool's own limit, cut short by the run's deadline.
     now = now or datetime.now(UTC)
@@ -191,26 +213,32 @@ def execute_step(
     try:
         raw = _run_bounded(spec.executor, json.loads(record.request), timeout_s)
     except timeouts:
-        _seal_error(store, key, ErrorCode.TOOL_TIMEOUT)
+        note = f"the tool ran past its time limit ({max(timeout_s, 0):.3g} s)"
+        code = ErrorCode.TOOL_TIMEOUT
+        _seal_error(store, key, code, _failed(tool, code, EXECUTE, note=note))
         return ExecuteResult.SEALED
-    except Exception:
-        # The exception's text may hold secrets: it is neither kept nor logged.
-        _seal_error(store, key, ErrorCode.TOOL_EXECUTION_FAILED)
+    except Exception as exc:
+        # The exception's text may hold secrets: only its type and frame are kept and logged.
+        code = ErrorCode.TOOL_EXECUTION_FAILED
+        _seal_error(store, key, code, _failed(tool, code, EXECUTE, exc))
         return ExecuteResult.SEALED
     try:
         raw_text = canonical_json(raw)
         raw_size = utf8_size(raw_text)
-    except Exception:
+    except Exception as exc:
         # Not JSON data, or objects whose own code raises while being serialized (a mapping
         # whose ``items()`` fails): either way the response cannot be kept.
-        _seal_error(store, key, ErrorCode.SERIALIZATION_FAILED)
+        code = ErrorCode.SERIALIZATION_FAILED
+        _seal_error(store, key, code, _failed(tool, code, EXECUTE, exc))
         return ExecuteResult.SEALED
     limits: Limits = store.limits
     if raw_size > limits.max_raw_bytes or (
         record_size(record, raw=raw_text) > limits.max_record_bytes
     ):
         # Not stored, not truncated, and the projector never sees it.
-        _seal_error(store, key, ErrorCode.RESULT_TOO_LARGE)
+        note = f"raw response of {raw_size} bytes; max_raw_bytes {limits.max_raw_bytes}"
+        code = ErrorCode.RESULT_TOO_LARGE
+        _seal_error(store, key, code, _failed(tool, code, EXECUTE, note=note))
         return ExecuteResult.SEALED
     written = store.store_raw(key, raw_text)
     if written in (WriteStatus.OK, WriteStatus.ALREADY_STORED):
@@ -249,10 +277,12 @@ def project_step(store: CanonicalStore, registry: ToolRegistry, key: CanonicalKe
     if sealed is not None:
         return sealed
     projected = _project(registry, record, store.limits)
-    if isinstance(projected, ErrorCode):
-        written = store.seal_error(key, projected)
-        logger.info("call %s sealed ERROR %s", key.identity, projected.value)
-        outcome = ToolOutcome.error(key.tool_call_id, projected)
+    if isinstance(projected, Diagnostic):
+        code = projected.error_code
+        projected.log(key.identity)
+        written = store.seal_error(key, code, diagnostic=projected)
+        logger.info("call %s sealed ERROR %s", key.identity, code.value)
+        outcome = ToolOutcome.error(key.tool_call_id, code)
     else:
         outcome, result, scope = projected
         written = store.seal(
@@ -266,32 +296,36 @@ def project_step(store: CanonicalStore, registry: ToolRegistry, key: CanonicalKe
 
 def _project(
     registry: ToolRegistry, record: CanonicalRecord, limits: Limits
-) -> tuple[ToolOutcome, str, str | None] | ErrorCode:
-    """The READY outcome with its result and scope as canonical JSON, or the code to seal
-    ERROR with."""
-    spec = registry.get(record.tool_name)
+) -> tuple[ToolOutcome, str, str | None] | Diagnostic:
+    """The READY outcome with its result and scope as canonical JSON, or why it failed (the
+    diagnostic carries the code to seal ERROR with)."""
+    tool = record.tool_name
+    spec = registry.get(tool)
     if spec is None:
-        return ErrorCode.PROJECTION_FAILED
+        return _failed(tool, ErrorCode.PROJECTION_FAILED, PROJECT, note=NOT_REGISTERED)
     if record.raw is None:
         # The execute step ended without keeping a response: the store failed under it.
-        return ErrorCode.STORE_UNAVAILABLE
+        note = "no raw response was kept"
+        return _failed(tool, ErrorCode.STORE_UNAVAILABLE, PROJECT, note=note)
     try:
         value = spec.projector.project(json.loads(record.raw), json.loads(record.request))
-    except Exception:
-        return ErrorCode.PROJECTION_FAILED
+    except Exception as exc:
+        return _failed(tool, ErrorCode.PROJECTION_FAILED, PROJECT, exc)
     projection = _validated(value)
     if isinstance(projection, ErrorCode):
-        return projection
+        note = f"the projector returned {type(value).__name__}, not a valid Projection"
+        return _failed(tool, projection, PROJECT, note=note)
     try:
         result = canonical_json(projection.result)
         scope = None if projection.scope is None else canonical_json(projection.scope)
         agent_bytes = utf8_size(result) + (utf8_size(scope) if scope else 0)
-    except Exception:  # as for raw responses: anything raised while serializing
-        return ErrorCode.SERIALIZATION_FAILED
+    except Exception as exc:  # as for raw responses: anything raised while serializing
+        return _failed(tool, ErrorCode.SERIALIZATION_FAILED, PROJECT, exc)
     if agent_bytes > limits.max_agent_result_bytes or (
         record_size(record, agent_result=result, scope=scope) > limits.max_record_bytes
     ):
-        return ErrorCode.RESULT_TOO_LARGE
+        note = f"agent result of {agent_bytes} bytes; max {limits.max_agent_result_bytes}"
+        return _failed(tool, ErrorCode.RESULT_TOO_LARGE, PROJECT, note=note)
     outcome = ToolOutcome(
         tool_call_id=record.tool_call_id,
         status=InvocationStatus.READY,

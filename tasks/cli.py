@@ -35,6 +35,7 @@ from boundary import (
     StoreError,
     StoreUnavailable,
 )
+from boundary.diagnostics import Diagnostic
 from boundary.models import is_safe_id
 from tasks.exits import (
     EXIT_INTERNAL,
@@ -196,8 +197,15 @@ _SHOWN_FIELDS = (
     "request",
     "agent_result",
     "scope",
+    "diagnostic",
     "raw_bytes",
 )
+
+
+def _diagnostic_text(diagnostic: Diagnostic | None) -> str:
+    if diagnostic is None:
+        return "-"
+    return f"{diagnostic.stage.value} step: {diagnostic.summary()}"
 
 
 @cli.command()
@@ -227,6 +235,8 @@ def show(
         value = fields[name]
         if name in ("request", "agent_result", "scope"):
             table.add_row(name, _pretty(value, SHOW_CELL_CHARS))
+        elif name == "diagnostic":
+            table.add_row(name, Text(_printable(_diagnostic_text(record.diagnostic))))
         else:
             table.add_row(name, Text(_printable("-" if value is None else str(value))))
     if record.raw is None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode
 from boundary.limits import Limits
 from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, RunContext
@@ -130,11 +131,17 @@ class CanonicalStore(ABC):
         agent_result: str | None = None,
         scope: str | None = None,
         error_code: ErrorCode | None = None,
+        diagnostic: Diagnostic | None = None,
     ) -> WriteStatus:
-        """PROJECTING -> READY (evidence found or none) or ERROR (evidence ERROR and a code)."""
+        """PROJECTING -> READY (evidence found or none) or ERROR (evidence ERROR and a code,
+        and the failure's ``diagnostic`` when there is one)."""
 
-    def seal_error(self, key: CanonicalKey, code: ErrorCode) -> WriteStatus:
-        return self.seal(key, evidence_status=EvidenceStatus.ERROR, error_code=code)
+    def seal_error(
+        self, key: CanonicalKey, code: ErrorCode, *, diagnostic: Diagnostic | None = None
+    ) -> WriteStatus:
+        return self.seal(
+            key, evidence_status=EvidenceStatus.ERROR, error_code=code, diagnostic=diagnostic
+        )
 
     @abstractmethod
     def get(self, key: CanonicalKey, *, with_raw: bool = True) -> CanonicalRecord | None:

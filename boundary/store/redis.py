@@ -17,6 +17,7 @@ import redis
 import redis.cluster
 from pydantic import ValidationError
 
+from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode, StoreError
 from boundary.limits import Limits
 from boundary.models import (
@@ -92,7 +93,18 @@ _PROGRESS_FIELDS = (
     "created_at",
     "updated_at",
     "deadline",
+    "diagnostic",
 )
+
+
+def _diagnostic(text: str | None) -> Diagnostic | None:
+    """A diagnostic this code did not write is left out: it never decides anything."""
+    if not text:
+        return None
+    try:
+        return Diagnostic.model_validate_json(text)
+    except ValidationError:
+        return None
 
 
 def _decode_record(fields: dict[str, str]) -> CanonicalRecord:
@@ -112,6 +124,7 @@ def _decode_record(fields: dict[str, str]) -> CanonicalRecord:
             created_at=_from_ms(fields["created_at"]),
             updated_at=_from_ms(fields["updated_at"]),
             deadline=_from_ms(fields.get("deadline")),
+            diagnostic=_diagnostic(fields.get("diagnostic")),
         )
     except (KeyError, ValueError, ValidationError):
         # A record this code did not write: refuse it rather than guess.
@@ -231,6 +244,7 @@ class RedisCanonicalStore(CanonicalStore):
         agent_result: str | None = None,
         scope: str | None = None,
         error_code: ErrorCode | None = None,
+        diagnostic: Diagnostic | None = None,
     ) -> WriteStatus:
         status = InvocationStatus.ERROR if error_code is not None else InvocationStatus.READY
         run_keys = [
@@ -248,6 +262,8 @@ class RedisCanonicalStore(CanonicalStore):
             self._now_ms(),
             key.identity,
         ]
+        # Last, so the script's other arguments keep their places.
+        argv.append(diagnostic.model_dump_json() if diagnostic is not None else "")
         with _translated():
             code = int(self._seal(keys=run_keys, args=argv))
         if code == -2:

@@ -137,20 +137,26 @@ def test_whole_worker_killed_call_is_reaped_and_redelivery_does_not_run_it_again
 ) -> None:
     settings, _, boundary = isolated
     key = CanonicalKey(run_id=RUN.run_id, tool_call_id="c1")
-    run = RUN.model_copy(update={"deadline": datetime.now(UTC) + timedelta(seconds=4)})
+    # (a deadline far enough that a loaded machine's slow worker start cannot pass it first)
+    run = RUN.model_copy(update={"deadline": datetime.now(UTC) + timedelta(seconds=10)})
     # Given a tool running when its whole worker (main process and pool) is SIGKILLed
     with celery_process(
         settings, *worker_args("doomed", pool="prefork", concurrency=1), log=tmp_path / "a.log"
     ) as worker:
-        submit(boundary, "c1", "sleepy", {"seconds": 3}, run=run)
-        time.sleep(1.5)
+        submit(boundary, "c1", "sleepy", {"seconds": 8}, run=run)
+        received = "Task tool_boundary.execute[run-e2e:c1:execute] received"
+        wait_for = time.monotonic() + 30
+        while received not in (tmp_path / "a.log").read_text(errors="replace"):
+            assert time.monotonic() < wait_for, (tmp_path / "a.log").read_text()[-2000:]
+            time.sleep(0.1)
+        time.sleep(0.5)
         started = time.monotonic()
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
     assert get_runtime().store.get(key).status is InvocationStatus.PROJECTING
     # When the reaper runs after the deadline plus grace
     reaped = {"sealed": 0}
-    while reaped["sealed"] == 0 and time.monotonic() - started < 20:
+    while reaped["sealed"] == 0 and time.monotonic() - started < 60:
         time.sleep(0.5)
         reaped = reap_stuck_calls()
     settled = time.monotonic() - started

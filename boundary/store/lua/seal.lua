@@ -13,6 +13,7 @@
 -- ARGV[5] = error code, or "" for none
 -- ARGV[6] = now, epoch ms
 -- ARGV[7] = identity (run_id:tool_call_id)
+-- ARGV[8] = diagnostic (JSON: exception type and frame, never a message), or "" for none
 --
 -- Returns 1 sealed; 0 missing or expired; -1 not PROJECTING; -2 status/evidence/code invalid.
 
@@ -50,6 +51,9 @@ if ARGV[4] ~= "" then
 end
 if code ~= "" then
   redis.call("HSET", KEYS[1], "error_code", code)
+end
+if ARGV[8] and ARGV[8] ~= "" then
+  redis.call("HSET", KEYS[1], "diagnostic", ARGV[8])
 end
 
 -- The progress member carries the record's expiry so a reader can tell expired from missing.
