@@ -73,9 +73,12 @@ def sleepy(arguments: dict[str, Any]) -> dict[str, Any]:
 #: Opened by a test's event loop while ``gate`` waits on it: an adapter's async path that
 #: blocked the loop would leave it shut (the worker thread shares this process).
 GATE = threading.Event()
+#: Set by ``gate`` once it runs: the loop opens the gate only then.
+GATE_REACHED = threading.Event()
 
 
 def gate(arguments: dict[str, Any]) -> dict[str, Any]:
+    GATE_REACHED.set()
     opened = GATE.wait(timeout=4.0)
     return {"hits": [{"id": "opened" if opened else "shut"}]}
 

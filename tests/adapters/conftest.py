@@ -3,6 +3,7 @@ and backend), a fresh run per test, and what a test needs to read what a call le
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -43,12 +44,25 @@ def record(handle: RunBoundary) -> Callable[[str], CanonicalRecord | None]:
     return read
 
 
+class Gate:
+    """The ``gate`` tool's gate. ``opener()`` is a coroutine that opens it once the tool is
+    waiting: if the code under test blocks the event loop while the tool runs, the opener
+    never runs in time and the tool reports the gate "shut"."""
+
+    async def opener(self) -> None:
+        while not celery_tools.GATE_REACHED.is_set():
+            await asyncio.sleep(0.01)
+        celery_tools.GATE.set()
+
+
 @pytest.fixture
-def gate() -> Iterator[Any]:
-    """The ``gate`` tool's event, shut before and after the test."""
-    celery_tools.GATE.clear()
-    yield celery_tools.GATE
-    celery_tools.GATE.clear()
+def gate() -> Iterator[Gate]:
+    """The ``gate`` tool's events, cleared before and after the test."""
+    for event in (celery_tools.GATE, celery_tools.GATE_REACHED):
+        event.clear()
+    yield Gate()
+    for event in (celery_tools.GATE, celery_tools.GATE_REACHED):
+        event.clear()
 
 
 class ScriptedHTTP:

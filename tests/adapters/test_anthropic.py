@@ -12,7 +12,7 @@ import pytest
 
 from boundary import RunBoundary
 from tasks.adapters.anthropic import anthropic_tools, atool_results, tool_results
-from tests.adapters.conftest import ScriptedHTTP, recorded
+from tests.adapters.conftest import Gate, ScriptedHTTP, recorded
 from tests.celery_tools import FIND_SCHEMA, SECRET, SECRET_URL
 
 anthropic = pytest.importorskip("anthropic")
@@ -90,7 +90,7 @@ def test_tool_uses_get_results_under_their_ids_with_is_error(
     assert reply.content[0].text.startswith("Three documents")
 
 
-def test_async_tool_results_leave_the_event_loop_free(handle: RunBoundary, gate: Any) -> None:
+def test_async_tool_results_leave_the_event_loop_free(handle: RunBoundary, gate: Gate) -> None:
     http = ScriptedHTTP(recorded("anthropic_gate.json"))
     llm = anthropic.AsyncAnthropic(
         api_key="sk-ant-test",
@@ -99,9 +99,6 @@ def test_async_tool_results_leave_the_event_loop_free(handle: RunBoundary, gate:
         max_retries=0,
     )
 
-    async def open_gate() -> None:
-        gate.set()
-
     async def turn() -> dict[str, Any]:
         reply = await llm.messages.create(
             model="claude-sonnet-4-5",
@@ -109,7 +106,7 @@ def test_async_tool_results_leave_the_event_loop_free(handle: RunBoundary, gate:
             messages=[{"role": "user", "content": "go"}],
             tools=anthropic_tools(handle),
         )
-        message, _ = await asyncio.gather(atool_results(handle, reply), open_gate())
+        message, _ = await asyncio.gather(atool_results(handle, reply), gate.opener())
         return message
 
     message = asyncio.run(turn())

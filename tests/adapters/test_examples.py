@@ -18,6 +18,9 @@ SDKS = {
     "openai_chat": "openai",
     "openai_responses": "openai",
     "anthropic_messages": "anthropic",
+    "langgraph_agent": "langgraph",
+    "pydantic_ai_agent": "pydantic_ai",
+    "agents_sdk": "agents",
 }
 #: The most lines of glue an example may need.
 MAX_GLUE_LINES = 5

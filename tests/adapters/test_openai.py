@@ -18,7 +18,7 @@ from tasks.adapters.openai import (
     function_call_outputs,
     response_tools,
 )
-from tests.adapters.conftest import ScriptedHTTP, recorded
+from tests.adapters.conftest import Gate, ScriptedHTTP, recorded
 from tests.celery_tools import FIND_SCHEMA, SECRET, SECRET_URL
 
 openai = pytest.importorskip("openai")
@@ -98,7 +98,7 @@ def test_chat_tool_calls_run_once_under_their_exact_ids(
     assert reply.choices[0].message.content.startswith("Three documents")
 
 
-def test_async_chat_leaves_the_event_loop_free(handle: RunBoundary, gate: Any) -> None:
+def test_async_chat_leaves_the_event_loop_free(handle: RunBoundary, gate: Gate) -> None:
     # Given a tool that waits until the event loop opens its gate
     http = ScriptedHTTP(recorded("openai_chat_gate.json"))
     llm = openai.AsyncOpenAI(
@@ -108,15 +108,12 @@ def test_async_chat_leaves_the_event_loop_free(handle: RunBoundary, gate: Any) -
         max_retries=0,
     )
 
-    async def open_gate() -> None:
-        gate.set()
-
     async def turn() -> list[dict[str, Any]]:
         reply = await llm.chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": "go"}], tools=chat_tools(handle)
         )
         answers, _ = await asyncio.gather(
-            achat_tool_messages(handle, reply.choices[0].message), open_gate()
+            achat_tool_messages(handle, reply.choices[0].message), gate.opener()
         )
         return answers
 

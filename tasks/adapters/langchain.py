@@ -1,0 +1,101 @@
+"""LangChain tools and LangGraph's ``ToolNode``: every registry tool as a LangChain tool that,
+invoked with a tool call (as ``ToolNode``, ``create_agent`` and ``tool.invoke(call)`` do), runs
+through the boundary under the call's own id and returns a ``ToolMessage``.
+
+Glue::
+
+    tools = langchain_tools(boundary.for_run(run))
+    graph.add_node("tools", ToolNode(tools))          # and model.bind_tools(tools)
+
+An ERROR outcome is a ``ToolMessage`` with ``status="error"`` and only the code, its sentence and
+a schema path as content. The artifact of a READY message is a reference to the canonical
+record (``{"run_id", "tool_call_id"}``), never the raw response. Requires ``langchain-core``
+(``pip install tool-boundary[langgraph]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from langchain_core.messages import ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from pydantic import ConfigDict, SkipValidation
+
+from boundary import InvocationStatus, RunBoundary, ToolOutcome
+from tasks.adapters._common import Call, arun_calls, is_error, outcome_text, run_calls
+
+
+class BoundaryTool(BaseTool):
+    """One registry tool for LangChain; the boundary checks and runs every call."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    handle: SkipValidation[RunBoundary]
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
+
+    def invoke(
+        self,
+        input: str | dict[str, Any] | ToolCall,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A tool call (``{"type": "tool_call", "id", "name", "args"}``) gets a ToolMessage
+        under its id. Plain arguments carry no id: the boundary refuses them (it never makes
+        one up) and the text of that refusal is returned."""
+        call = self._call(input)
+        return self._answer(call, run_calls(self.handle, [call])[0])
+
+    async def ainvoke(
+        self,
+        input: str | dict[str, Any] | ToolCall,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        call = self._call(input)
+        return self._answer(call, (await arun_calls(self.handle, [call]))[0])
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        # ``tool.run(args)`` has no tool call id: refused by preflight, never made up.
+        kwargs.pop("run_manager", None)
+        return outcome_text(run_calls(self.handle, [Call(None, self.name, kwargs)])[0])
+
+    def _call(self, value: Any) -> Call:
+        if isinstance(value, Mapping) and value.get("type") == "tool_call":
+            return Call(value.get("id"), self.name, value.get("args"))
+        return Call(None, self.name, value)
+
+    def _answer(self, call: Call, outcome: ToolOutcome | None) -> ToolMessage | str:
+        text = outcome_text(outcome)
+        if call.tool_call_id is None:
+            return text
+        ready = outcome is not None and outcome.status is InvocationStatus.READY
+        reference = {"run_id": self.handle.run_id, "tool_call_id": call.tool_call_id}
+        return ToolMessage(
+            content=text,
+            tool_call_id=call.tool_call_id,
+            name=self.name,
+            status="error" if is_error(outcome) else "success",
+            artifact=reference if ready else None,
+        )
+
+
+def langchain_tools(handle: RunBoundary) -> list[BaseTool]:
+    """The run's tools as LangChain tools (for ``bind_tools`` and ``ToolNode``)."""
+    return [
+        BoundaryTool(
+            name=spec.name,
+            description=spec.description or spec.name,
+            args_schema=spec.arguments_schema,
+            handle=handle,
+        )
+        for spec in handle.tools()
+    ]
+
+
+def tool_node(handle: RunBoundary, **options: Any) -> Any:
+    """A LangGraph ``ToolNode`` over ``langchain_tools(handle)``; ``options`` go to it."""
+    from langgraph.prebuilt import ToolNode
+
+    return ToolNode(langchain_tools(handle), **options)

@@ -1,0 +1,97 @@
+"""pydantic-ai: the registry as a toolset whose every call runs through the boundary under
+``ctx.tool_call_id``.
+
+Glue::
+
+    agent = Agent(model, toolsets=[BoundaryToolset(boundary.for_run(run))])
+
+Arguments are not validated by pydantic-ai (its validator accepts anything): the boundary's
+preflight and the tool's ``input_schema`` decide. Errors are mapped deliberately:
+INVALID_ARGUMENTS and the retryable codes (a new call may succeed) raise ``ModelRetry``, so the
+model corrects its arguments or tries again, within the toolset's ``max_retries`` (pydantic-ai
+ends the run once they are spent); every other ERROR raises ``ToolFailed``, a terminal failure
+the model sees (code and sentence only) and adapts to. Requires ``pydantic-ai-slim``
+(``pip install tool-boundary[pydantic-ai]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.exceptions import ModelRetry, ToolFailed
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+from pydantic_core import SchemaValidator, core_schema
+
+from boundary import ErrorCode, RunBoundary, ToolOutcome
+from tasks.adapters._common import Call, arun_calls, is_error, outcome_text
+
+#: Arguments pass through as given: the boundary validates them.
+_ANY_ARGUMENTS = SchemaValidator(core_schema.any_schema())
+#: How often the model may retry a call that ended in a retryable error, per tool.
+DEFAULT_MAX_RETRIES = 2
+#: Codes after which a new call may succeed: the model is asked to retry (ModelRetry).
+RETRY_CODES: frozenset[ErrorCode] = frozenset(
+    {
+        ErrorCode.INVALID_ARGUMENTS,
+        ErrorCode.STORE_UNAVAILABLE,
+        ErrorCode.DISPATCH_FAILED,
+        ErrorCode.TOOL_TIMEOUT,
+        ErrorCode.WORKER_LOST,
+    }
+)
+
+
+class BoundaryToolset(AbstractToolset[Any]):
+    """The run's tools (``RunBoundary.tools()``) as a pydantic-ai toolset."""
+
+    def __init__(
+        self,
+        handle: RunBoundary,
+        *,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        id: str | None = "tool-boundary",
+    ) -> None:
+        self.handle = handle
+        self.max_retries = max_retries
+        self._id = id
+
+    @property
+    def id(self) -> str | None:
+        return self._id
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        return {
+            spec.name: ToolsetTool(
+                toolset=self,
+                tool_def=ToolDefinition(
+                    name=spec.name,
+                    description=spec.description or None,
+                    parameters_json_schema=spec.arguments_schema,
+                    strict=False,
+                ),
+                max_retries=self.max_retries,
+                args_validator=_ANY_ARGUMENTS,
+            )
+            for spec in self.handle.tools()
+        }
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        """Runs the call under ``ctx.tool_call_id``; returns the outcome's text, or raises
+        ``ModelRetry``/``ToolFailed`` for an ERROR (see the module's docstring)."""
+        call = Call(ctx.tool_call_id, name, tool_args)
+        outcome = (await arun_calls(self.handle, [call]))[0]
+        return answer(outcome)
+
+
+def answer(outcome: ToolOutcome | None) -> str:
+    """The text of a READY (or still running) outcome; an ERROR raises."""
+    text = outcome_text(outcome)
+    if outcome is not None and is_error(outcome):
+        if outcome.error_code in RETRY_CODES:
+            raise ModelRetry(text)
+        raise ToolFailed(text)
+    return text
