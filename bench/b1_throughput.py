@@ -1,7 +1,8 @@
 """B1: end-to-end throughput of N calls in flight at once, ours against bare chains.
 
-All N are sent, then every outcome is awaited, from one client thread; the same for bare
-chains (``apply_async`` all, then ``.get`` all). Repetitions alternate which side goes first.
+All N are sent, then every outcome is awaited, from one client thread; the same for the
+peers' chains (``apply_async`` all, then wait on each project task). Repetitions alternate
+which side goes first.
 Beside wall-clock throughput, the CPU each call cost the worker and the client is measured
 (``/proc``): on a shared machine it varies far less than throughput.
 """
@@ -49,33 +50,38 @@ def measure(side: Side, calls: int, worker_pgid: int) -> Sample:
 
 
 def compare(
-    ours: Side, bare: Side, pgids: dict[str, int], calls: int, repetitions: int
+    ours: Side, peers: list[Side], pgids: dict[str, int], calls: int, repetitions: int
 ) -> dict[str, Any]:
-    """``repetitions`` pairs (ours, bare), alternating the order; ratios per pair."""
-    pairs: list[tuple[Sample, Sample]] = []
+    """``repetitions`` rounds of every side; even rounds run ours first, odd rounds last (the
+    peers in reverse), so each pair shares the machine's noise both ways round.
+
+    ``ratio`` is ours over the first peer (the fair one); ``<peer>_ratio`` over each other.
+    """
+    sides = [ours, *peers]
+    rounds: list[dict[str, Sample]] = []
+    orders: list[list[str]] = []
     for rep in range(repetitions):
-        order = (ours, bare) if rep % 2 == 0 else (bare, ours)
-        got = {side.name: measure(side, calls, pgids[side.name]) for side in order}
-        pairs.append((got[ours.name], got[bare.name]))
-    ratios = [o.per_s / b.per_s for o, b in pairs]
-    cpu_ratios = []
-    for o, b in pairs:
-        ours_cpu, bare_cpu = _total_cpu(o), _total_cpu(b)
-        if ours_cpu is not None and bare_cpu is not None:
-            cpu_ratios.append(bare_cpu / ours_cpu)
-    return {
-        "calls": calls,
-        "repetitions": repetitions,
-        "ours_per_s": [o.per_s for o, _ in pairs],
-        "bare_per_s": [b.per_s for _, b in pairs],
-        "ratios": ratios,
-        "ratio": spread(ratios),
-        "ours": [asdict(o) for o, _ in pairs],
-        "bare": [asdict(b) for _, b in pairs],
-        # Bare CPU per call over ours: the throughput ratio a CPU-bound machine would give.
-        "cpu_ratios": cpu_ratios,
-        "cpu_ratio": spread(cpu_ratios),
-    }
+        order = sides if rep % 2 == 0 else sides[::-1]
+        orders.append([side.name for side in order])
+        rounds.append({side.name: measure(side, calls, pgids[side.name]) for side in order})
+    out: dict[str, Any] = {"calls": calls, "repetitions": repetitions, "orders": orders}
+    for side in sides:
+        out[f"{side.name}_per_s"] = [r[side.name].per_s for r in rounds]
+        out[side.name] = [asdict(r[side.name]) for r in rounds]
+    for n, peer in enumerate(peers):
+        prefix = "" if n == 0 else f"{peer.name}_"
+        ratios = [r[ours.name].per_s / r[peer.name].per_s for r in rounds]
+        cpu_ratios = []
+        for r in rounds:
+            ours_cpu, peer_cpu = _total_cpu(r[ours.name]), _total_cpu(r[peer.name])
+            if ours_cpu is not None and peer_cpu is not None:
+                # Peer CPU per call over ours: the throughput ratio a CPU-bound machine gives.
+                cpu_ratios.append(peer_cpu / ours_cpu)
+        out[f"{prefix}ratios"] = ratios
+        out[f"{prefix}ratio"] = spread(ratios)
+        out[f"{prefix}cpu_ratios"] = cpu_ratios
+        out[f"{prefix}cpu_ratio"] = spread(cpu_ratios)
+    return out
 
 
 def _total_cpu(sample: Sample) -> float | None:

@@ -2,7 +2,7 @@
 against a Redis PING and against a bare chain's ``apply_async``.
 
 Calls go one at a time, as an agent loop makes them: ping, submit, wait; ping, apply_async,
-wait. The waits give the sequential end-to-end latency of both sides too.
+wait (each peer). The waits give the sequential end-to-end latency of every side too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bench.sides import Bare, Ours, Side, call_ids
+from bench.sides import Ours, Side, call_ids
 from bench.stats import ms, percentile
 from boundary.preflight import Accepted, preflight
 
@@ -40,33 +40,43 @@ def _call(side: Side, run_id: str, tool_call_id: str) -> tuple[float, float]:
     return sent, time.perf_counter() - began
 
 
-def latencies(ours: Ours, bare: Bare, samples: int) -> dict[str, Any]:
-    """p50/p99 of PING, submit, apply_async and both sides' sequential call, with ratios."""
+#: Per side: the name of its send time and of its sequential call time.
+_NAMES = {
+    "ours": ("submit", "call"),
+    "bare": ("apply_async", "bare_call"),
+    "defaults": ("defaults_apply_async", "defaults_call"),
+}
+
+
+def latencies(ours: Ours, peers: list[Side], samples: int) -> dict[str, Any]:
+    """p50/p99 of PING, submit, the peers' apply_async and every side's sequential call, with
+    ratios. Each sample takes every side in turn, ours first in even samples and last in odd
+    ones, each call after a PING."""
     ping = ours.store.client.ping
-    times: dict[str, list[float]] = {
-        "ping": [],
-        "submit": [],
-        "apply_async": [],
-        "call": [],
-        "bare_call": [],
-    }
-    ours_ids = call_ids("b2ours", samples)
-    bare_ids = call_ids("b2bare", samples)
-    for ours_call, bare_call in zip(ours_ids, bare_ids, strict=True):
-        times["ping"].append(_timed(ping)[0])
-        sent, total = _call(ours, *ours_call)
-        times["submit"].append(sent)
-        times["call"].append(total)
-        times["ping"].append(_timed(ping)[0])
-        sent, total = _call(bare, *bare_call)
-        times["apply_async"].append(sent)
-        times["bare_call"].append(total)
+    sides: list[Side] = [ours, *peers]
+    times: dict[str, list[float]] = {"ping": []}
+    for side in sides:
+        for name in _NAMES[side.name]:
+            times[name] = []
+    ids = {side.name: call_ids(f"b2{side.name}", samples) for side in sides}
+    for n in range(samples):
+        for side in sides if n % 2 == 0 else sides[::-1]:
+            times["ping"].append(_timed(ping)[0])
+            sent, total = _call(side, *next(ids[side.name]))
+            send_name, call_name = _NAMES[side.name]
+            times[send_name].append(sent)
+            times[call_name].append(total)
     out: dict[str, Any] = {"samples": samples, **_summary(times)}
     for q in ("p50", "p99"):
         submit = out[f"submit_{q}_ms"]
         out[f"submit_over_ping_{q}"] = submit / out[f"ping_{q}_ms"]
         out[f"submit_over_apply_async_{q}"] = submit / out[f"apply_async_{q}_ms"]
         out[f"call_over_bare_call_{q}"] = out[f"call_{q}_ms"] / out[f"bare_call_{q}_ms"]
+        if "defaults_call" in times:
+            out[f"call_over_defaults_call_{q}"] = out[f"call_{q}_ms"] / out[f"defaults_call_{q}_ms"]
+            out[f"submit_over_defaults_apply_async_{q}"] = (
+                submit / out[f"defaults_apply_async_{q}_ms"]
+            )
     # What the boundary adds to the synchronous part, in PING round trips.
     out["added_over_ping_p50"] = (out["submit_p50_ms"] - out["apply_async_p50_ms"]) / out[
         "ping_p50_ms"

@@ -65,9 +65,8 @@ def execute(run_id: str, tool_call_id: str) -> str:
     return "STORED"
 
 
-@app.task(name=PROJECT, acks_late=True)
-def project(run_id: str, tool_call_id: str) -> dict[str, Any]:
-    """Returns an outcome of the same shape and size as ours."""
+def outcome_shape(tool_call_id: str) -> dict[str, Any]:
+    """An outcome of the same shape and size as ours."""
     return {
         "tool_call_id": tool_call_id,
         "status": "READY",
@@ -78,9 +77,23 @@ def project(run_id: str, tool_call_id: str) -> dict[str, Any]:
     }
 
 
-def send_chain(celery_app: Celery, run_id: str, tool_call_id: str) -> Any:
-    """Sends execute -> project exactly as ``CeleryDispatcher.dispatch`` does (deterministic
-    ids, immutable signatures, ids-only argsrepr); returns the project task's AsyncResult."""
+@app.task(name=PROJECT, acks_late=True)
+def project(run_id: str, tool_call_id: str) -> dict[str, Any]:
+    """Returns an outcome of the same shape and size as ours."""
+    return outcome_shape(tool_call_id)
+
+
+def send_chain(
+    celery_app: Celery,
+    run_id: str,
+    tool_call_id: str,
+    names: tuple[str, str] = (EXECUTE, PROJECT),
+    queues: tuple[str, str] = QUEUES,
+) -> str:
+    """Sends execute -> project as a Celery user writes it: a chain of two immutable
+    signatures with deterministic ids and ids-only argsrepr (the message
+    ``CeleryDispatcher`` sends). Returns the project task's id; the caller waits on that
+    task alone, as ours does, not on the chain's parents."""
     ids = (run_id, tool_call_id)
 
     def step(name: str, suffix: str, queue: str) -> Any:
@@ -94,5 +107,5 @@ def send_chain(celery_app: Celery, run_id: str, tool_call_id: str) -> Any:
             kwargsrepr="{}",
         )
 
-    chain = step(EXECUTE, "execute", TOOLS_QUEUE) | step(PROJECT, "project", PROJECTIONS_QUEUE)
-    return chain.apply_async()
+    chain = step(names[0], "execute", queues[0]) | step(names[1], "project", queues[1])
+    return str(chain.apply_async().id)

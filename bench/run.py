@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from bench.fixtures import ensure_scripts
 from bench.lock import Busy, exclusive
 from bench.meta import load, machine
 from bench.report import figures, print_table, write_outputs
-from bench.sides import Bare, Ours, Side, make_store
+from bench.sides import Bare, Defaults, Ours, Side, make_store
 from bench.workers import WorkerProcess, running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +56,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print one JSON document to stdout")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "out", help="where the report is written"
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="also write the run's JSON here, e.g. bench/results/final/run1.json, for "
+        "python -m bench.readme to quote",
     )
     parser.add_argument("--only", default=",".join(PHASES), help="phases to run, e.g. b1,b2")
     parser.add_argument(
@@ -112,6 +119,9 @@ class Bench:
         store = make_store(self.settings, connection_class=CountingConnection)
         self.ours = Ours(self.settings, store=store)
         self.bare = Bare(self.settings)
+        self.defaults = Defaults(self.settings)
+        #: The fair peer first: B1's ``ratio`` and B2's ratios are against it.
+        self.peers: list[Side] = [self.bare, self.defaults]
         self.results: dict[str, Any] = {"b1": {}, "b2": {}}
 
     def run(self) -> dict[str, Any]:
@@ -141,11 +151,12 @@ class Bench:
         )
 
     def on_pool(self, pool: Pool, *, first: bool) -> None:
-        log(f"{pool.label}: starting both workers")
-        starts = (lambda: self._worker(self.ours, pool), lambda: self._worker(self.bare, pool))
+        log(f"{pool.label}: starting the workers of {len(self.peers) + 1} sides")
+        sides = [self.ours, *self.peers]
+        starts = [partial(self._worker, side, pool) for side in sides]
         with running(*starts) as started:
             pgids = {process.name: process.pgid for process in started}
-            for side in (self.ours, self.bare):
+            for side in sides:
                 b1_throughput.warm_up(side, self.sizes.warmup_calls, pgids[side.name])
             if "b1" in self.phases:
                 self.b1(pool, pgids)
@@ -161,9 +172,12 @@ class Bench:
     def b1(self, pool: Pool, pgids: dict[str, int]) -> None:
         sizes = self.sizes
         log(f"{pool.label}: B1, {sizes.repetitions} x {sizes.b1_calls} calls a side")
-        got = b1_throughput.compare(self.ours, self.bare, pgids, sizes.b1_calls, sizes.repetitions)
+        got = b1_throughput.compare(self.ours, self.peers, pgids, sizes.b1_calls, sizes.repetitions)
         self.results["b1"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
-        log(f"{pool.label}: B1 ratio {got['ratio']['median']:.2f}")
+        log(
+            f"{pool.label}: B1 ratio {got['ratio']['median']:.2f} (fair peer), "
+            f"{got['defaults_ratio']['median']:.2f} (Celery defaults)"
+        )
 
     def profile_workers(self, pool: Pool, pgids: dict[str, int]) -> None:
         from bench.profiling import profile_worker
@@ -179,7 +193,7 @@ class Bench:
     def b2(self, pool: Pool, *, first: bool) -> None:
         samples = self.sizes.b2_samples
         log(f"{pool.label}: B2, {samples} sequential calls a side")
-        got = b2_latency.latencies(self.ours, self.bare, samples)
+        got = b2_latency.latencies(self.ours, self.peers, samples)
         self.results["b2"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
         log(f"{pool.label}: B2 submit p50 = {got['submit_over_ping_p50']:.1f} PINGs")
         if first:
@@ -249,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     document["meta"]["load_after"] = load()
     document["figures"] = figures(document["results"])
     paths = write_outputs(document, args.out)
+    if args.keep is not None:
+        args.keep.parent.mkdir(parents=True, exist_ok=True)
+        args.keep.write_text(json.dumps(document, indent=1, default=str) + "\n")
+        paths.append(args.keep)
     if args.json:
         print(json.dumps(document, indent=2, default=str))
     else:

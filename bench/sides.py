@@ -4,12 +4,14 @@ Celery chain. Both send and wait the same way, so a measurement can run either."
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from bench import bare
+from bench import bare, defaults
 from bench.tools import NOOP
 from bench.tools import registry as noop_registry
 from boundary import (
@@ -20,6 +22,7 @@ from boundary import (
     ToolCallEnvelope,
     ToolOutcome,
 )
+from boundary.core import DEFAULT_POLL_S
 from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tasks.dispatcher import CeleryDispatcher
 from tasks.settings import Settings
@@ -28,6 +31,8 @@ from tasks.settings import Settings
 CALLS_PER_RUN = 10
 #: Longest wait for one call's outcome, seconds.
 CALL_TIMEOUT_S = 120.0
+#: Longest single wait on a peer's result before it is asked again: ``ToolBoundary``'s.
+POLL_S = DEFAULT_POLL_S
 #: The no-op call's arguments.
 ARGUMENTS = {"query": "ping"}
 
@@ -109,8 +114,26 @@ def _check(outcome: ToolOutcome) -> None:
         raise RuntimeError(f"call failed: {outcome.error_code}")
 
 
+def wait_sliced(celery_app: Celery, task_id: str) -> Any:
+    """Waits on one task's result as ``ToolBoundary.outcome`` waits through
+    ``CeleryDispatcher.wait``: ``AsyncResult.get`` in slices of ``POLL_S`` (a missed wake-up
+    costs one slice, never a hang), on the task alone. A chain's last ``AsyncResult.get()``
+    would also read every parent's result key (8 GETs a call against our 3): a handicap that
+    flattered us, so the peers do not wait that way."""
+    result = celery_app.AsyncResult(task_id)
+    give_up = time.monotonic() + CALL_TIMEOUT_S
+    while True:
+        try:
+            return result.get(timeout=POLL_S, propagate=False, disable_sync_subtasks=False)
+        except CeleryTimeoutError:
+            celery_app.backend.remove_pending_result(result)
+            if time.monotonic() > give_up:
+                raise
+
+
 class Bare:
-    """Sends the same chain with no boundary and waits on its last AsyncResult."""
+    """The fair peer: the same chain with no boundary, on our Celery settings, waiting on the
+    project task as ours does."""
 
     name: str = "bare"
     queues: tuple[str, ...] = bare.QUEUES
@@ -119,13 +142,27 @@ class Bare:
     def __init__(self, settings: Settings) -> None:
         self.app = bare.create_bare_app(settings)
 
-    def send(self, run_id: str, tool_call_id: str) -> Any:
+    def send(self, run_id: str, tool_call_id: str) -> str:
         return bare.send_chain(self.app, run_id, tool_call_id)
 
-    def wait(self, handle: Any) -> None:
-        value = handle.get(timeout=CALL_TIMEOUT_S, disable_sync_subtasks=False)
-        if not isinstance(value, dict):
-            raise RuntimeError("bare chain failed")
+    def wait(self, handle: str) -> None:
+        if not isinstance(wait_sliced(self.app, handle), dict):
+            raise RuntimeError(f"{self.name} chain failed")
 
     def invoke(self, run_id: str, tool_call_id: str) -> None:
         self.wait(self.send(run_id, tool_call_id))
+
+
+class Defaults(Bare):
+    """The same chain on Celery's default settings (``bench.defaults``)."""
+
+    name: str = "defaults"
+    queues: tuple[str, ...] = defaults.QUEUES
+    module: str = "bench.defaults"
+
+    def __init__(self, settings: Settings) -> None:
+        self.app = defaults.create_defaults_app(settings)
+
+    def send(self, run_id: str, tool_call_id: str) -> str:
+        names = (defaults.EXECUTE, defaults.PROJECT)
+        return bare.send_chain(self.app, run_id, tool_call_id, names, defaults.QUEUES)

@@ -65,6 +65,8 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
         "b1_threads_cpu_ratio",
         "b1_threads_ours_per_s",
         "b1_threads_bare_per_s",
+        "b1_threads_defaults_ratio",
+        "b1_threads_defaults_per_s",
         "b2_ping_p50_ms",
         "b2_submit_p50_ms",
         "b2_apply_async_p50_ms",
@@ -72,6 +74,8 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
         "b2_submit_over_ping_p99",
         "b2_submit_over_apply_async_p50",
         "b2_submit_over_apply_async_p99",
+        "b2_call_over_bare_call_p50",
+        "b2_call_over_defaults_call_p50",
         "b3_store_commands_per_call",
         "b3_store_lua_commands_per_call",
         "b3_caller_store_round_trips_per_call",
@@ -98,9 +102,11 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
     # And every target has a row, and the report files are written
     assert {row["figure"] for row in document["targets"]} >= {
         "b1_threads_ratio",
-        "b2_submit_over_ping_p50",
+        "b2_call_over_bare_call_p50",
+        "b2_submit_over_apply_async_p50",
         "b3_store_commands_per_call",
         "b4_round_trips",
+        "b5_runs_per_s",
     }
     for name in ("bench.json", "b1_b2.png", "report.md"):
         assert (tmp_path / name).stat().st_size > 0

@@ -1,0 +1,228 @@
+"""``python -m bench.readme [--check]``: regenerates the tables of ``bench/README.md`` from
+the per-run JSON committed under ``bench/results/``, so every quoted figure can be derived
+again from the runs that measured it.
+
+A generated block sits between two markers in the README:
+
+    <!-- bench:table NAME GLOB -->
+    ...generated, do not edit...
+    <!-- bench:end -->
+
+``NAME`` picks a renderer from ``RENDERERS``; ``GLOB`` (relative to ``bench/``) picks the
+runs, in file-name order. A new benchmark adds a renderer here and a block in the README.
+``--check`` changes nothing and exits 1 when a block is stale (a test runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.report import TARGETS
+from bench.summarize import rows as summary_rows
+
+BENCH = Path(__file__).resolve().parent
+README = BENCH / "README.md"
+
+_BLOCK = re.compile(
+    r"(?P<begin><!-- bench:table (?P<name>[\w-]+) (?P<glob>\S+) -->\n)"
+    r"(?P<body>.*?)"
+    r"(?P<end><!-- bench:end -->)",
+    re.DOTALL,
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One committed run: its path (relative to ``bench/``) and its JSON document."""
+
+    path: str
+    document: dict[str, Any]
+
+    @property
+    def figures(self) -> dict[str, Any]:
+        return self.document.get("figures", {})  # type: ignore[no-any-return]
+
+    @property
+    def results(self) -> dict[str, Any]:
+        return self.document.get("results", {})  # type: ignore[no-any-return]
+
+
+class ReadmeError(Exception):
+    """A block names no renderer, or its glob matches no committed run."""
+
+
+def _num(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def _median_spread(values: list[float]) -> str:
+    """``median (min-max)``, or the value alone when every run agrees."""
+    if not values:
+        return "-"
+    median = statistics.median(values)
+    low, high = min(values), max(values)
+    if _num(low) == _num(high):
+        return f"{_num(median)}"
+    return f"{_num(median)} ({_num(low)}-{_num(high)})"
+
+
+def _values(runs: list[Run], name: str) -> list[float]:
+    return [
+        float(run.figures[name])
+        for run in runs
+        if isinstance(run.figures.get(name), int | float)
+        and not isinstance(run.figures.get(name), bool)
+    ]
+
+
+def targets_table(runs: list[Run]) -> str:
+    """Each target's median over the runs, with the runs' spread; met by the median."""
+    lines = [
+        "| target | median of the runs (min-max) | runs | bound | met |",
+        "|---|---|---|---|---|",
+    ]
+    for name, op, bound, label in TARGETS:
+        values = _values(runs, name)
+        if not values:
+            continue
+        median = statistics.median(values)
+        met = median >= bound if op == ">=" else median <= bound
+        lines.append(
+            f"| {label} | **{_median_spread(values)}** | {len(values)} | {op} {bound:g} | "
+            f"{'yes' if met else '**no**'} |"
+        )
+    return "\n".join(lines)
+
+
+def pools_table(runs: list[Run]) -> str:
+    """B1 and B2 per pool: ratios against both peers and each side's calls per second."""
+    labels: list[str] = []
+    for run in runs:
+        for section in ("b1", "b2"):
+            for label in run.results.get(section, {}):
+                if label not in labels:
+                    labels.append(label)
+    lines = [
+        "| pool | B1 ours / fair peer | B1 ours / Celery defaults | calls/s ours, fair, "
+        "defaults | B1 CPU fair / ours | B2 call p50 ours / fair | B2 submit / apply_async "
+        "p50 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label in labels:
+        b1 = [run.results["b1"][label] for run in runs if label in run.results.get("b1", {})]
+        b2 = [run.results["b2"][label] for run in runs if label in run.results.get("b2", {})]
+
+        def per_s(side: str, b1: list[dict[str, Any]] = b1) -> str:
+            values = [statistics.median(e[f"{side}_per_s"]) for e in b1 if f"{side}_per_s" in e]
+            return _num(statistics.median(values)) if values else "-"
+
+        cells = [
+            _median_spread([e["ratio"]["median"] for e in b1]),
+            _median_spread([e["defaults_ratio"]["median"] for e in b1 if "defaults_ratio" in e]),
+            f"{per_s('ours')}, {per_s('bare')}, {per_s('defaults')}",
+            _median_spread([e["cpu_ratio"]["median"] for e in b1]),
+            _median_spread([e["call_over_bare_call_p50"] for e in b2]),
+            _median_spread([e["submit_over_apply_async_p50"] for e in b2]),
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def figures_table(runs: list[Run]) -> str:
+    """Every headline figure ``bench.summarize`` quotes: median and spread over the runs."""
+    lines = ["| figure | median of the runs (min-max) | runs |", "|---|---|---|"]
+    for row in summary_rows([run.document for run in runs]):
+        values = [row["min"], row["median"], row["max"]]
+        if row["min"] == row["max"]:
+            cell = _num(values[1])
+        else:
+            cell = f"{_num(values[1])} ({_num(values[0])}-{_num(values[2])})"
+        lines.append(f"| {row['label']} | {cell} | {row['runs']} |")
+    return "\n".join(lines)
+
+
+def runs_table(runs: list[Run]) -> str:
+    """Where each figure comes from: the file, its command, commit and the machine's load."""
+    lines = [
+        "| file | command | started (UTC) | commit | load average before / after (1, 5, 15 min) |",
+        "|---|---|---|---|---|",
+    ]
+    for run in runs:
+        meta = run.document.get("meta", {})
+        load = f"{_load(meta.get('load_before'))} / {_load(meta.get('load_after'))}"
+        lines.append(
+            f"| `{run.path}` | `{meta.get('command', '?')}` | {meta.get('started_at', '?')} | "
+            f"{meta.get('commit', '?')} | {load} |"
+        )
+    return "\n".join(lines)
+
+
+def _load(values: Any) -> str:
+    if not isinstance(values, list):
+        return "?"
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+#: Block name -> renderer. Each renderer gets the runs its block's glob matched.
+RENDERERS: dict[str, Callable[[list[Run]], str]] = {
+    "targets": targets_table,
+    "pools": pools_table,
+    "figures": figures_table,
+    "runs": runs_table,
+}
+
+
+def load_runs(glob: str, root: Path = BENCH) -> list[Run]:
+    paths = sorted(root.glob(glob))
+    if not paths:
+        raise ReadmeError(f"no committed run matches {glob!r} under {root}")
+    return [
+        Run(path=path.relative_to(root).as_posix(), document=json.loads(path.read_text()))
+        for path in paths
+    ]
+
+
+def render(text: str, root: Path = BENCH) -> str:
+    """``text`` with every generated block rendered again from the runs under ``root``."""
+
+    def block(match: re.Match[str]) -> str:
+        name, glob = match["name"], match["glob"]
+        renderer = RENDERERS.get(name)
+        if renderer is None:
+            raise ReadmeError(f"no renderer for table {name!r}")
+        body = renderer(load_runs(glob, root)).rstrip("\n")
+        return f"{match['begin']}{body}\n{match['end']}"
+
+    return _BLOCK.sub(block, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.readme", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 if a table is stale")
+    parser.add_argument("--readme", type=Path, default=README)
+    args = parser.parse_args(argv)
+    text = args.readme.read_text()
+    fresh = render(text, args.readme.parent)
+    if args.check:
+        if fresh != text:
+            print(f"{args.readme}: generated tables are stale; run python -m bench.readme")
+            return 1
+        return 0
+    if fresh != text:
+        args.readme.write_text(fresh)
+        print(f"rewrote {args.readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
