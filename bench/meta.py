@@ -39,6 +39,9 @@ def _memory_gib() -> float | None:
 
 
 def _git_commit() -> str | None:
+    # A run from an exported copy of the tree (git archive) has no .git: the copy says.
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "describe", "--always", "--dirty"],
