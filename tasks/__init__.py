@@ -6,6 +6,7 @@ from tasks.app import app, configure
 from tasks.calls import execute_tool, project_result, reap_stuck_calls
 from tasks.dispatcher import CeleryDispatcher
 from tasks.runs import project_run as project_run
+from tasks.runs import project_runs as project_runs
 from tasks.runtime import exit_on_invalid_settings
 
 if "celery.bin.celery" in sys.modules:

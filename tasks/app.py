@@ -22,6 +22,7 @@ PROJECTIONS_QUEUE = "projections"
 EXECUTE = "tool_boundary.execute"
 PROJECT = "tool_boundary.project"
 PROJECT_RUN = "tool_boundary.project_run"
+PROJECT_RUNS = "tool_boundary.project_runs"
 REAP = "tool_boundary.reap"
 
 
@@ -53,6 +54,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             EXECUTE: {"queue": TOOLS_QUEUE, "routing_key": TOOLS_QUEUE},
             PROJECT: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
             PROJECT_RUN: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
+            PROJECT_RUNS: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
             REAP: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
         },
         "task_acks_late": True,

@@ -394,7 +394,10 @@ def reproject_command(
         str, typer.Option("--out", help="File for the JSON lines of facts; - is stdout.")
     ] = "-",
     chunk_size: Annotated[
-        int, typer.Option("--chunk-size", min=1, help="Runs per Celery group.")
+        int,
+        typer.Option(
+            "--chunk-size", min=1, help="Runs per project_runs task (one message, one result)."
+        ),
     ] = DEFAULT_CHUNK_SIZE,
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, help="Seconds to wait for one group.")

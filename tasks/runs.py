@@ -2,7 +2,9 @@
 
 ``project_run`` resolves a run's progress set through the canonical store and returns its
 bounded observed facts; it only reads, so a run can be reprocessed any number of times.
-``reproject`` sends many runs as chunked Celery groups and yields one line per run.
+``project_runs`` does the same for a chunk of runs in one task, with pipelined reads (two
+round trips for the whole chunk) and one result for the chunk. ``reproject`` sends many runs
+as such chunks and yields one line per run.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from celery import Celery, group
+from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from boundary import (
@@ -27,21 +29,19 @@ from boundary import (
     StoreError,
 )
 from boundary.models import is_safe_id
-from tasks.app import PROJECT_RUN, app
+from tasks.app import PROJECT_RUN, PROJECT_RUNS, app
 from tasks.calls import _retrying
 from tasks.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
-#: Runs per Celery group.
-DEFAULT_CHUNK_SIZE = 200
-#: Groups sent but not yet collected; bounds the tasks waiting in the broker.
-DEFAULT_MAX_IN_FLIGHT = 2
-#: Seconds to wait for one group's results before its missing runs count as timed out.
+#: Runs per ``project_runs`` task: its reads are two pipelines, its result one message.
+DEFAULT_CHUNK_SIZE = 100
+#: Chunks sent but not yet collected: enough to keep a worker's pool busy while the client
+#: reads results, few enough to bound the tasks waiting in the broker.
+DEFAULT_MAX_IN_FLIGHT = 8
+#: Seconds to wait for one chunk's result before its runs count as timed out.
 DEFAULT_CHUNK_TIMEOUT_S = 300.0
-#: Celery's pause after its first read of a group's result keys (its default, 0.5 s, would
-#: be added to every chunk).
-JOIN_POLL_S = 0.01
 
 
 class RunError(StrEnum):
@@ -71,17 +71,40 @@ class ReprojectError(BoundaryError):
         self.part = part
 
 
+def _projector(store: CanonicalStore) -> RunProgressProjector:
+    return RunProgressProjector(
+        max_facts=store.limits.max_facts, max_facts_bytes=store.limits.max_facts_bytes
+    )
+
+
 def observe_run(store: CanonicalStore, run_id: str) -> ObservedFacts:
     """The run's observed facts: what ``ToolBoundary.observe`` returns, for readers that
     have a store but no registry or dispatcher (this task, the CLI)."""
-    projector = RunProgressProjector(
-        max_facts=store.limits.max_facts, max_facts_bytes=store.limits.max_facts_bytes
-    )
-    return projector.project(run_id, store.progress(run_id))
+    return _projector(store).project(run_id, store.progress(run_id))
+
+
+def observe_runs(store: CanonicalStore, run_ids: list[str]) -> list[dict[str, Any]]:
+    """One line per run id, in order: its observed facts as JSON (what ``observe_run`` gives),
+    or an ``INVALID_RUN_ID`` error line. Every run's records are read in one batch."""
+    safe = [run_id for run_id in run_ids if is_safe_id(run_id)]
+    progress = store.progress_many(safe) if safe else {}
+    projector = _projector(store)
+    return [
+        projector.project(run_id, progress[run_id]).model_dump(mode="json")
+        if run_id in progress
+        else error_line(None, RunError.INVALID_RUN_ID)
+        for run_id in run_ids
+    ]
 
 
 def error_line(run_id: str | None, error: RunError) -> dict[str, Any]:
     return {"run_id": run_id, "error": error.value}
+
+
+def _failed(what: str, exc: Exception) -> RunError:
+    # Only the type: the text may hold a URL.
+    logger.error("%s failed: %s", what, type(exc).__name__)
+    return RunError.STORE_UNAVAILABLE if isinstance(exc, StoreError) else RunError.PROJECTION_FAILED
 
 
 @app.task(name=PROJECT_RUN, acks_late=True)
@@ -96,13 +119,25 @@ def project_run(run_id: str) -> dict[str, Any]:
         store = get_runtime().store
         facts = _retrying(lambda: observe_run(store, run_id))
     except Exception as exc:
-        # Only the type: the text may hold a URL.
-        logger.error("project_run %s failed: %s", run_id, type(exc).__name__)
-        unavailable = isinstance(exc, StoreError)
-        return error_line(
-            run_id, RunError.STORE_UNAVAILABLE if unavailable else RunError.PROJECTION_FAILED
-        )
+        return error_line(run_id, _failed(f"project_run {run_id}", exc))
     return facts.model_dump(mode="json")
+
+
+@app.task(name=PROJECT_RUNS, acks_late=True)
+def project_runs(run_ids: list[str]) -> list[dict[str, Any]]:
+    """``project_run`` for a chunk of runs: one line per run id, in order.
+
+    Reads only, in two round trips for the chunk; a store failure makes every line of the
+    chunk an error line.
+    """
+    if not isinstance(run_ids, list) or not all(isinstance(r, str) for r in run_ids):
+        return []
+    try:
+        store = get_runtime().store
+        return _retrying(lambda: observe_runs(store, run_ids))
+    except Exception as exc:
+        error = _failed(f"project_runs of {len(run_ids)} runs", exc)
+        return [error_line(run_id if is_safe_id(run_id) else None, error) for run_id in run_ids]
 
 
 @dataclass
@@ -160,11 +195,19 @@ def _chunks(run_ids: Iterable[str], size: int) -> Iterator[list[str]]:
 @dataclass
 class _Chunk:
     run_ids: list[str]
-    result: Any  # celery.result.GroupResult
+    result: Any  # celery.result.AsyncResult of a project_runs task
+
+
+def _chunk_argsrepr(run_ids: list[str]) -> str:
+    """What Flower shows of a chunk's arguments: ids only, and not a hundred of them."""
+    if len(run_ids) <= 3:
+        return repr((run_ids,))
+    return f"([{run_ids[0]!r}, ... {run_ids[-1]!r}] ({len(run_ids)} runs),)"
 
 
 class _Batch:
-    """Sends chunks as groups and collects each group's results with a bounded wait."""
+    """Sends chunks as ``project_runs`` tasks and collects each chunk's one result with a
+    bounded wait."""
 
     def __init__(
         self, celery_app: Celery, timeout_s: float, queue: str | None, on_done: Callable[[], None]
@@ -176,81 +219,48 @@ class _Batch:
 
     def send(self, run_ids: list[str]) -> _Chunk:
         options = {} if self.queue is None else {"queue": self.queue}
-        signatures = [
-            self.app.signature(
-                PROJECT_RUN,
-                args=(run_id,),
-                immutable=True,
-                argsrepr=repr((run_id,)),
+        try:
+            result = self.app.send_task(
+                PROJECT_RUNS,
+                args=(run_ids,),
+                argsrepr=_chunk_argsrepr(run_ids),
                 kwargsrepr="{}",
                 **options,
             )
-            for run_id in run_ids
-        ]
-        try:
-            result = group(signatures).apply_async()
+            # Subscribe now, not at the first wait: a result published in between would
+            # otherwise be missed until the wait times out.
+            self.app.backend.add_pending_result(result)
         except Exception:
             # kombu's errors name the broker URL: none of it goes further.
             raise ReprojectError("broker") from None
         return _Chunk(run_ids, result)
 
     def collect(self, chunk: _Chunk) -> list[dict[str, Any]]:
-        values: dict[str, Any] = {}
-
-        def got(task_id: str, value: Any) -> None:
-            values[task_id] = value
-            self.on_done()
-
-        ids = [r.id for r in chunk.result.results]
+        result = chunk.result
+        arrived = True
         try:
             try:
-                chunk.result.join_native(
-                    timeout=self.timeout_s,
-                    # Only the first look at the result keys sleeps this long when some
-                    # are not ready; later results wake the wait as they are published.
-                    interval=JOIN_POLL_S,
-                    propagate=False,
-                    callback=got,
-                    disable_sync_subtasks=False,
+                value = result.get(
+                    timeout=self.timeout_s, propagate=False, disable_sync_subtasks=False
                 )
             except CeleryTimeoutError:
-                # A slow worker or a missed wake-up: read the result keys once more.
-                self._read_late(ids, values)
-            lines = [
-                _line(run_id, values.get(task_id), task_id in values)
-                for run_id, task_id in zip(chunk.run_ids, ids, strict=True)
-            ]
-            self._forget(chunk.result.results, values)
+                # A slow worker or a missed wake-up: read the result key once more.
+                self.app.backend.remove_pending_result(result)
+                meta = self.app.backend.get_task_meta(result.id)
+                arrived = meta.get("status") == "SUCCESS"
+                value = meta.get("result")
+            # The lines are ours now: the backend need not keep the chunk until it expires.
+            result.forget()
         except Exception:
             raise ReprojectError("result backend") from None
-        for _ in range(len(ids) - len(values)):
+        values = value if arrived and isinstance(value, list) else []
+        lines = [
+            _line(run_id, values[n] if n < len(values) else None, arrived)
+            for n, run_id in enumerate(chunk.run_ids)
+        ]
+        for _ in lines:
             self.on_done()
         return lines
-
-    def _forget(self, results: list[Any], arrived: dict[str, Any]) -> None:
-        """Deletes the chunk's results: the lines are ours now, and the backend need not
-        keep up to ``chunk_size`` bounded fact sets until they expire."""
-        backend = self.app.backend
-        client = getattr(backend, "client", None)
-        if client is None or not hasattr(backend, "get_key_for_task"):
-            for result in results:
-                result.forget()
-            return
-        # A key-value backend (Redis): one DEL for the whole chunk instead of one per task.
-        client.delete(*(backend.get_key_for_task(r.id) for r in results))
-        for result in results:
-            if result.id not in arrived:
-                # Still subscribed and tracked: stop waiting on it.
-                backend.remove_pending_result(result)
-
-    def _read_late(self, ids: list[str], values: dict[str, Any]) -> None:
-        missing = [task_id for task_id in ids if task_id not in values]
-        try:
-            for task_id, meta in self.app.backend.get_many(missing, timeout=0):
-                values[task_id] = meta.get("result")
-                self.on_done()
-        except CeleryTimeoutError:
-            pass
 
 
 def _line(run_id: str, value: Any, arrived: bool) -> dict[str, Any]:
@@ -272,12 +282,12 @@ def reproject(
     queue: str | None = None,
     on_done: Callable[[], None] = lambda: None,
 ) -> Iterator[dict[str, Any]]:
-    """Reprocesses runs through ``project_run`` and yields one line per run, in the order
-    given (each line is ``project_run``'s result).
+    """Reprocesses runs through ``project_runs`` and yields one line per run, in the order
+    given (each line is what ``project_run`` gives for the run).
 
-    At most ``max_in_flight`` groups of ``chunk_size`` runs are out at once; every wait is
-    bounded by ``chunk_timeout_s``, after which a missing run's line is ``TIMED_OUT``.
-    ``on_done`` is called once per run as its result arrives (for a progress bar).
+    At most ``max_in_flight`` chunks of ``chunk_size`` runs are out at once; every wait is
+    bounded by ``chunk_timeout_s``, after which a missing chunk's lines are ``TIMED_OUT``.
+    ``on_done`` is called once per run as its chunk's result arrives (for a progress bar).
 
     Raises:
         ReprojectError: the broker or the result backend failed.

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -160,6 +160,11 @@ class CanonicalStore(ABC):
     def progress(self, run_id: str) -> list[ProgressEntry]:
         """The run's completed identities in acceptance order, each with its record (without
         the raw response). Never touches the expiry."""
+
+    def progress_many(self, run_ids: Sequence[str]) -> dict[str, list[ProgressEntry]]:
+        """``progress`` of many runs at once (batch reprocessing). An implementation reads
+        them in a few round trips; this default reads them one by one."""
+        return {run_id: self.progress(run_id) for run_id in run_ids}
 
     @abstractmethod
     def due_pending(self, now: datetime, limit: int = 1000) -> list[CanonicalKey]:

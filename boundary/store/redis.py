@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -144,6 +144,23 @@ def _progress_member(member: str, score: float) -> tuple[CanonicalKey | None, in
     except ValueError:
         expires_at = math.inf
     return key, int(score), expires_at
+
+
+def _entries(
+    parsed: list[tuple[CanonicalKey | None, int, float]], found: dict[str, dict[str, str]]
+) -> list[ProgressEntry]:
+    entries = []
+    for key, seq, expires_at in parsed:
+        fields = found.get(key.identity) if key is not None else None
+        record: CanonicalRecord | None = None
+        unreadable = False
+        if fields:
+            try:
+                record = _decode_record(fields)
+            except StoreError:
+                unreadable = True  # excluded, rather than failing the whole run
+        entries.append(ProgressEntry(key, seq, expires_at, record, unreadable))
+    return entries
 
 
 class RedisCanonicalStore(CanonicalStore):
@@ -289,37 +306,41 @@ class RedisCanonicalStore(CanonicalStore):
         return left if left >= 0 else None
 
     def progress(self, run_id: str) -> list[ProgressEntry]:
+        return self.progress_many([run_id])[run_id]
+
+    def progress_many(self, run_ids: Sequence[str]) -> dict[str, list[ProgressEntry]]:
+        """Two round trips whatever the number of runs: one pipeline of ZRANGEs, one of
+        HMGETs of every indexed record (no raw response). On a cluster client the pipelines
+        are split by slot; each run's keys share one."""
+        unique = list(dict.fromkeys(run_ids))
         with _translated():
-            members: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
-                keys.progress_key(run_id), 0, -1, withscores=True
-            )
-        parsed = [_progress_member(member, score) for member, score in members]
-        # Only this run's records are read: another run's identity is excluded unread.
-        own = [key for key, _, _ in parsed if key is not None and key.run_id == run_id]
+            pipe = self.client.pipeline(transaction=False)
+            for run_id in unique:
+                pipe.zrange(keys.progress_key(run_id), 0, -1, withscores=True)
+            members: list[list[tuple[str, float]]] = pipe.execute()
+        parsed = {
+            run_id: [_progress_member(member, score) for member, score in run_members]
+            for run_id, run_members in zip(unique, members, strict=True)
+        }
+        # Only a run's own records are read: another run's identity is excluded unread.
+        own = [
+            key
+            for run_id, entries in parsed.items()
+            for key, _, _ in entries
+            if key is not None and key.run_id == run_id
+        ]
+        replies: list[list[str | None]] = []
         if own:
             with _translated():
                 pipe = self.client.pipeline(transaction=False)
                 for own_key in own:
                     pipe.hmget(keys.record_key(own_key), _PROGRESS_FIELDS)
-                replies: list[list[str | None]] = pipe.execute()
-        else:
-            replies = []
+                replies = pipe.execute()
         found = {
             k.identity: {f: v for f, v in zip(_PROGRESS_FIELDS, values, strict=True) if v}
             for k, values in zip(own, replies, strict=True)
         }
-        entries = []
-        for key, seq, expires_at in parsed:
-            fields = found.get(key.identity) if key is not None else None
-            record: CanonicalRecord | None = None
-            unreadable = False
-            if fields:
-                try:
-                    record = _decode_record(fields)
-                except StoreError:
-                    unreadable = True  # excluded, rather than failing the whole run
-            entries.append(ProgressEntry(key, seq, expires_at, record, unreadable))
-        return entries
+        return {run_id: _entries(entries, found) for run_id, entries in parsed.items()}
 
     def due_pending(self, now: datetime, limit: int = 1000) -> list[CanonicalKey]:
         due: list[CanonicalKey] = []

@@ -29,7 +29,7 @@ from boundary import (
 )
 from boundary.store import keys
 from tasks.cli import EXIT_OK, EXIT_UNAVAILABLE, cli
-from tasks.runs import ReprojectError, observe_run, project_run, reproject
+from tasks.runs import ReprojectError, observe_run, project_run, project_runs, reproject
 from tasks.settings import Settings
 from tests.celery_tools import registry
 from tests.conftest import BACKEND_DB, BROKER_DB, STORE_DB, redis_url
@@ -123,6 +123,46 @@ def test_slow_first_call_and_fast_second_call_keep_acceptance_order(
 
     # Then the facts follow acceptance order, not completion order
     assert [f["tool_call_id"] for f in line["facts"]] == ["c-slow", "c-fast"]
+
+
+def test_project_runs_through_the_worker_gives_each_runs_line_in_order(
+    celery_boundary: ToolBoundary, local: ToolBoundary
+) -> None:
+    # Given two runs, and a chunk that names them with an unknown and an unsafe id
+    for run_id in ("run-a", "run-b"):
+        write_run(local, run_id)
+    chunk = ["run-b", "run-nobody", "run{x}", "run-a"]
+
+    # When the chunk is projected by the worker as one task
+    lines = project_runs.delay(chunk).get(timeout=30)
+
+    # Then one line per id, in order: each what observe gives, the unsafe one an error
+    store = local.store
+    assert lines[0] == observe_run(store, "run-b").model_dump(mode="json")
+    assert lines[1] == {"run_id": "run-nobody", "facts": [], "excluded": {}, "omitted": 0}
+    assert lines[2] == {"run_id": None, "error": "INVALID_RUN_ID"}
+    assert lines[3] == observe_run(store, "run-a").model_dump(mode="json")
+    assert [len(line["facts"]) for line in (lines[0], lines[3])] == [2, 2]
+
+
+def test_project_runs_never_lets_a_store_failure_escape(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RedisCanonicalStore.from_url(
+        "redis://:hunter2-pw@127.0.0.1:1/0", socket_connect_timeout=0.2
+    )
+    monkeypatch.setattr(tasks.runs, "get_runtime", lambda: SimpleNamespace(store=store))
+    monkeypatch.setattr(tasks.calls, "STORE_RETRY_DELAY_S", 0.01)
+
+    with caplog.at_level(logging.ERROR):
+        lines = project_runs(["run-1", "run{2}"])
+
+    assert lines == [
+        {"run_id": "run-1", "error": "STORE_UNAVAILABLE"},
+        {"run_id": None, "error": "STORE_UNAVAILABLE"},
+    ]
+    assert "StoreUnavailable" in caplog.text
+    assert "hunter2" not in caplog.text
 
 
 def test_project_run_of_an_unsafe_id_returns_an_error_line() -> None:

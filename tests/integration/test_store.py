@@ -125,6 +125,38 @@ def test_seal_ready_from_projecting(
     assert (summary.calls, summary.ready, summary.error, summary.projecting) == (1, 1, 0, 0)
 
 
+def test_progress_many_reads_many_runs_in_two_round_trips_as_progress_reads_each(
+    store: RedisCanonicalStore, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given 30 runs of three READY calls, and a run with nothing indexed
+    runs = [f"run-m{n}" for n in range(30)]
+    for run_id in runs:
+        for call_id in ("c1", "c2", "c3"):
+            key = create_projecting(store, call_id, run_id=run_id)
+            store.store_raw(key, '{"raw":1}')
+            seal_ready(store, key)
+    round_trips = []
+    real_execute = redis.client.Pipeline.execute
+
+    def counted(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+        round_trips.append(len(pipe.command_stack))
+        return real_execute(pipe, *args, **kwargs)
+
+    # When they are read together (the empty run and a repeated id among them)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    many = store.progress_many([*runs, "run-empty", runs[0]])
+    monkeypatch.undo()
+
+    # Then two pipelines did it: 31 ZRANGEs, then the 90 records
+    assert round_trips == [31, 90]
+    assert list(many) == [*runs, "run-empty"]
+    assert many["run-empty"] == []
+    for run_id in runs:
+        assert many[run_id] == store.progress(run_id)
+        assert [e.key.tool_call_id for e in many[run_id] if e.key] == ["c1", "c2", "c3"]
+        assert all(e.record is not None and e.record.raw is None for e in many[run_id])
+
+
 def test_seal_error_from_projecting(store: RedisCanonicalStore) -> None:
     # Given a PROJECTING record
     key = create_projecting(store)
