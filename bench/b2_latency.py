@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from itertools import permutations
 from typing import Any
 
 from bench.sides import Ours, Side, call_ids
@@ -50,8 +51,10 @@ _NAMES = {
 
 def latencies(ours: Ours, peers: list[Side], samples: int) -> dict[str, Any]:
     """p50/p99 of PING, submit, the peers' apply_async and every side's sequential call, with
-    ratios. Each sample takes every side in turn, ours first in even samples and last in odd
-    ones, each call after a PING."""
+    ratios. Each sample takes every side in turn, each call after a PING, in an order that
+    cycles through every permutation of the sides: each side follows each other side, and
+    is first and last, equally often (a call right after another side's call shares the
+    CPU with that side's worker still acking and sending events)."""
     ping = ours.store.client.ping
     sides: list[Side] = [ours, *peers]
     times: dict[str, list[float]] = {"ping": []}
@@ -59,8 +62,9 @@ def latencies(ours: Ours, peers: list[Side], samples: int) -> dict[str, Any]:
         for name in _NAMES[side.name]:
             times[name] = []
     ids = {side.name: call_ids(f"b2{side.name}", samples) for side in sides}
+    orders = list(permutations(sides))
     for n in range(samples):
-        for side in sides if n % 2 == 0 else sides[::-1]:
+        for side in orders[n % len(orders)]:
             times["ping"].append(_timed(ping)[0])
             sent, total = _call(side, *next(ids[side.name]))
             send_name, call_name = _NAMES[side.name]
