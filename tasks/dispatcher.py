@@ -12,7 +12,7 @@ from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
 
 
 class CeleryDispatcher:
-    """Sends each call as a chain with deterministic task ids
+    """Sends each call as an execute -> project chain with deterministic task ids
     (``<run_id>:<tool_call_id>:execute`` and ``...:project``) and waits on the project task.
 
     Messages carry the canonical key only; ``argsrepr`` repeats just those ids.
@@ -25,24 +25,43 @@ class CeleryDispatcher:
             app = default_app
         self.app = app
 
-    def _step(self, name: str, key: CanonicalKey, step: str, queue: str) -> Any:
-        ids = (key.run_id, key.tool_call_id)
-        return self.app.signature(
-            name,
-            args=ids,
-            immutable=True,
-            task_id=key.task_id(step),
-            queue=queue,
-            argsrepr=repr(ids),
-            kwargsrepr="{}",
-        )
-
     def dispatch(self, key: CanonicalKey) -> None:
-        chain = self._step(EXECUTE, key, "execute", TOOLS_QUEUE) | self._step(
-            PROJECT, key, "project", PROJECTIONS_QUEUE
-        )
+        """Sends the execute task with the project step riding in its ``chain`` option.
+
+        This is the message ``(execute.si(...) | project.si(...)).apply_async()`` sends,
+        field for field (headers, properties, body, the chained signature's options), built
+        without the canvas: no signatures to clone, freeze and prepare per call.
+        """
+        ids = (key.run_id, key.tool_call_id)
+        argsrepr = repr(ids)
+        execute_id = key.task_id("execute")
+        project = {
+            "task": PROJECT,
+            "args": list(ids),
+            "kwargs": {},
+            "options": {
+                "task_id": key.task_id("project"),
+                "queue": PROJECTIONS_QUEUE,
+                "argsrepr": argsrepr,
+                "kwargsrepr": "{}",
+                "reply_to": self.app.thread_oid,
+            },
+            "subtask_type": None,
+            "immutable": True,
+        }
         try:
-            chain.apply_async()
+            self.app.send_task(
+                EXECUTE,
+                args=ids,
+                task_id=execute_id,
+                root_id=execute_id,
+                queue=TOOLS_QUEUE,
+                argsrepr=argsrepr,
+                kwargsrepr="{}",
+                # The execute task's own option: its result is never stored nor awaited.
+                ignore_result=True,
+                chain=[project],
+            )
         except Exception:
             # kombu's errors name the broker URL: none of it goes further.
             raise DispatchError() from None

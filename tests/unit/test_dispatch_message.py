@@ -1,0 +1,75 @@
+"""``CeleryDispatcher.dispatch`` builds the chain's message without the canvas: it must be the
+message ``(execute.si(...) | project.si(...)).apply_async()`` sends, field for field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from boundary import CanonicalKey
+from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
+from tasks.dispatcher import CeleryDispatcher
+from tasks.settings import Settings
+
+KEY = CanonicalKey(run_id="run-7", tool_call_id="call_a1")
+
+
+def memory_app() -> Celery:
+    # The in-memory transport: the message is read back in-process, no broker needed.
+    settings = Settings(
+        redis_url="redis://127.0.0.1:1/0", broker_url="memory://", result_backend="cache+memory://"
+    )
+    return create_app(settings, name="tests_dispatch_message")
+
+
+def canvas_dispatch(app: Celery, key: CanonicalKey) -> None:
+    ids = (key.run_id, key.tool_call_id)
+
+    def step(name: str, suffix: str, queue: str, **options: Any) -> Any:
+        return app.signature(
+            name,
+            args=ids,
+            immutable=True,
+            task_id=key.task_id(suffix),
+            queue=queue,
+            argsrepr=repr(ids),
+            kwargsrepr="{}",
+            **options,
+        )
+
+    (
+        step(EXECUTE, "execute", TOOLS_QUEUE) | step(PROJECT, "project", PROJECTIONS_QUEUE)
+    ).apply_async()
+
+
+def sent(app: Celery) -> dict[str, Any]:
+    with app.connection_for_read() as connection:
+        queue = connection.SimpleQueue(TOOLS_QUEUE)
+        message = queue.get(timeout=2)
+        message.ack()
+        queue.close()
+    properties = dict(message.properties)
+    properties.pop("delivery_tag", None)
+    properties.pop("delivery_info", None)
+    return {"headers": message.headers, "properties": properties, "body": message.decode()}
+
+
+def test_dispatch_sends_the_message_the_canvas_chain_sends() -> None:
+    # Given the same call sent once through the canvas and once by the dispatcher
+    app = memory_app()
+    canvas_dispatch(app, KEY)
+    through_canvas = sent(app)
+    CeleryDispatcher(app).dispatch(KEY)
+    dispatched = sent(app)
+
+    # Then the messages are equal: headers, properties, and the body with its chain
+    assert dispatched == through_canvas
+    args, kwargs, embed = dispatched["body"]
+    assert (args, kwargs) == ([KEY.run_id, KEY.tool_call_id], {})
+    (project,) = embed["chain"]
+    assert project["task"] == PROJECT
+    assert project["options"]["task_id"] == KEY.task_id("project")
+    assert project["options"]["queue"] == PROJECTIONS_QUEUE
+    assert dispatched["headers"]["id"] == KEY.task_id("execute")
+    assert dispatched["headers"]["argsrepr"] == repr((KEY.run_id, KEY.tool_call_id))
