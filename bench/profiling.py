@@ -56,7 +56,9 @@ def profile_worker(side: Side, pgid: int, calls: int, out: Path) -> dict[str, An
     if binary is None:
         return None
     target = out / f"py-spy-{side.name}.speedscope.json"
-    command = [binary, "record", "--pid", str(pgid), "--subprocesses", "--nonblocking"]
+    # --gil: only the thread holding the GIL is sampled, so the profile shows where the
+    # worker's CPU goes, not threads waiting on sockets (which a wall-clock profile counts).
+    command = [binary, "record", "--pid", str(pgid), "--subprocesses", "--nonblocking", "--gil"]
     command += ["--rate", str(PY_SPY_RATE), "--format", "speedscope", "--output", str(target)]
     recorder = subprocess.Popen(
         command,
