@@ -70,6 +70,8 @@ class Sizes:
     b5_calls_per_run: int = 10
     #: B6: raw response sizes, bytes.
     b6_raw_sizes: tuple[int, ...] = (16, 256, 4096, 65536)
+    #: B6 at scale: sealed records in the store when memory, reaper and runs are measured.
+    b6_records: int = 1_000_000
 
 
 FULL = Sizes(
@@ -96,6 +98,7 @@ QUICK = replace(
     b4_samples=5,
     b5_runs=100,
     b6_raw_sizes=(16, 4096),
+    b6_records=2_000,
 )
 
 

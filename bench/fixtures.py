@@ -85,6 +85,31 @@ def write_sealed(
     return written
 
 
+def write_pending(
+    store: RedisCanonicalStore, calls: Iterable[CanonicalKey], *, reap_at: datetime
+) -> int:
+    """Creates each call PROJECTING (a call a worker never finished), due for the reaper at
+    ``reap_at``; returns the count."""
+    deferred = DeferredScripts(store.client)  # type: ignore[arg-type]
+    batch = RedisCanonicalStore(client=deferred, ttl_s=store.ttl_s, limits=store.limits)
+    written = 0
+    for key in calls:
+        batch.create(
+            key,
+            tool_name=NOOP,
+            request=canonical_json({"query": f"q {key.tool_call_id}"}),
+            deadline=None,
+            reap_at=reap_at,
+            max_run_calls=None,
+            max_tool_calls=None,
+        )
+        written += 1
+        if written % BATCH_CALLS == 0:
+            deferred.flush()
+    deferred.flush()
+    return written
+
+
 def ensure_scripts(store: RedisCanonicalStore) -> None:
     """Loads the store's scripts on the server (a pipeline cannot answer NOSCRIPT itself)."""
     key = CanonicalKey(run_id="bench-scripts", tool_call_id="load")

@@ -79,6 +79,17 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             str(r["raw_bytes"]): r["memory_over_payload"] for r in results["b6"]["records"]
         }
         out["b6_run_keys_bytes_per_call"] = results["b6"]["run_keys_bytes_per_call"]
+    if "b6_scale" in results:
+        scale = results["b6_scale"]
+        for name in (
+            "records",
+            "bytes_per_record",
+            "hash_max_listpack_value",
+            "reaper_s",
+            "run_ids_s",
+            "runs_command_s",
+        ):
+            out[f"b6s_{name}"] = scale[name]
     return out
 
 

@@ -15,7 +15,15 @@ from typing import Any
 
 import redis
 
-from bench import b1_throughput, b2_latency, b3_commands, b4_observe, b5_reprocess, b6_memory
+from bench import (
+    b1_throughput,
+    b2_latency,
+    b3_commands,
+    b4_observe,
+    b5_reprocess,
+    b6_memory,
+    b6_scale,
+)
 from bench.config import (
     DEFAULT_REDIS_URL,
     FULL,
@@ -36,7 +44,7 @@ from bench.sides import Bare, Defaults, Ours, Side, make_store
 from bench.workers import WorkerProcess, running
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = ("b1", "b2", "b3", "b4", "b5", "b6")
+PHASES = ("b1", "b2", "b3", "b4", "b5", "b6", "b6s")
 #: Seconds a run waits for another one on the same Redis server (they share DBs 3-5).
 DEFAULT_LOCK_WAIT_S = 900.0
 #: Exit status when that wait runs out (EX_TEMPFAIL).
@@ -73,6 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--calls", type=int, help="B1 calls a side per repetition")
     parser.add_argument("--repetitions", type=int, help="B1 repetitions per pool")
     parser.add_argument("--b5-runs", type=int, help="B5 runs to reprocess")
+    parser.add_argument("--b6-records", type=int, help="B6 at scale: sealed records written")
     parser.add_argument(
         "--lock-wait",
         type=float,
@@ -136,6 +145,11 @@ class Bench:
         if "b6" in self.phases:
             log("B6: memory per record")
             self.results["b6"] = b6_memory.memory(self.ours.store, self.sizes.b6_raw_sizes)
+        if "b6s" in self.phases:
+            log(f"B6 at scale: {self.sizes.b6_records:,} records")
+            self.results["b6_scale"] = b6_scale.scale(self.ours.store, self.sizes.b6_records)
+            self.ours.store.client.flushdb()
+            ensure_scripts(self.ours.store)
         self.results["seconds"] = time.monotonic() - began
         return self.results
 
@@ -227,6 +241,7 @@ def chosen_sizes(args: argparse.Namespace) -> Sizes:
         "b1_calls": args.calls,
         "repetitions": args.repetitions,
         "b5_runs": args.b5_runs,
+        "b6_records": args.b6_records,
     }
     return replace(sizes, **{k: v for k, v in overrides.items() if v is not None})
 

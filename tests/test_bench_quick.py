@@ -85,6 +85,9 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
         "b4_time_over_pipeline",
         "b5_runs_per_s",
         "b6_run_keys_bytes_per_call",
+        "b6s_bytes_per_record",
+        "b6s_reaper_s",
+        "b6s_runs_command_s",
     ):
         assert _positive(figures.get(name)), (name, figures.get(name))
     assert isinstance(figures["b4_round_trips"], int)
@@ -98,6 +101,9 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
     assert 1 <= figures["b4_round_trips"] <= 10
     assert results["b5"]["failed"] == 0
     assert results["b5"]["facts"] == results["b5"]["runs"] * results["b5"]["calls_per_run"]
+    scale = results["b6_scale"]
+    assert scale["reaper_found"] == scale["pending_calls"]
+    assert scale["run_ids_found"] == scale["runs"] + scale["pending_calls"] // 10
 
     # And every target has a row, and the report files are written
     assert {row["figure"] for row in document["targets"]} >= {
