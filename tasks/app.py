@@ -62,7 +62,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_track_started": True,
         # Flower sees every task, by name and id; argsrepr shows ids only.
         "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        # On by default (Flower's SENT state); a documented setting turns it off.
+        "task_send_sent_event": settings.task_sent_events,
         "task_time_limit": settings.task_time_limit_s,
         "broker_transport_options": transport,
         "broker_connection_retry_on_startup": True,

@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     task_time_limit_s: float = Field(default=3600.0, gt=0)
     #: Seconds a broker publish may take (connecting included) before dispatch fails.
     publish_timeout_s: float = Field(default=5.0, gt=0)
+    #: Publish a task-sent event for every task sent (Flower then shows a call's tasks as
+    #: SENT before a worker takes them). Off saves a PUBLISH per task and about a third of
+    #: a dispatch's CPU; Flower still sees received, started and succeeded.
+    task_sent_events: bool = True
 
     @field_validator("redis_url", "broker_url", "result_backend")
     @classmethod
