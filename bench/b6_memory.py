@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.b6_scale import listpack_value
 from bench.fixtures import write_sealed
 from boundary import CanonicalKey, RedisCanonicalStore, utf8_size
 from boundary.store import keys as store_keys
@@ -50,4 +51,8 @@ def memory(store: RedisCanonicalStore, raw_sizes: tuple[int, ...]) -> dict[str, 
         _memory(store, name)
         for name in (store_keys.budget_key(run_id), store_keys.progress_key(run_id))
     )
-    return {"records": records, "run_keys_bytes_per_call": run_keys / RUN_CALLS}
+    return {
+        "records": records,
+        "run_keys_bytes_per_call": run_keys / RUN_CALLS,
+        "hash_max_listpack_value": listpack_value(store.client),
+    }

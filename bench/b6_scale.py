@@ -41,7 +41,7 @@ def _used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
 
-def _listpack_value(client: redis.Redis) -> int | None:
+def listpack_value(client: redis.Redis) -> int | None:
     try:
         got = client.config_get("hash-max-listpack-value")
     except redis.ResponseError:  # CONFIG may be renamed or refused on a managed server
@@ -80,7 +80,7 @@ def scale(store: RedisCanonicalStore, records: int) -> dict[str, Any]:
         "runs": runs,
         "write_s": write_s,
         "records_written_per_s": written / write_s,
-        "hash_max_listpack_value": _listpack_value(client),
+        "hash_max_listpack_value": listpack_value(client),
         "used_memory_bytes": sealed_bytes,
         "bytes_per_record": sealed_bytes / written,
         "sample_record_bytes": int(client.memory_usage(sample_key, samples=0) or 0),

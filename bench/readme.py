@@ -173,12 +173,108 @@ def _load(values: Any) -> str:
     return ", ".join(f"{v:.2f}" for v in values)
 
 
+def b5_table(runs: list[Run]) -> str:
+    """Batch reprocessing: runs per second and what was checked, per run."""
+    lines = [
+        "| file | runs x calls | reprocessing s | runs/s | facts | failed | written calls/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        b5 = run.results.get("b5")
+        if b5 is None:
+            continue
+        lines.append(
+            f"| `{run.path}` | {b5['runs']:,} x {b5['calls_per_run']} | "
+            f"{b5['reprocess_s']:.2f} | **{_num(b5['runs_per_s'])}** | {b5['facts']:,} | "
+            f"{b5['failed']} | {_num(b5['calls_written_per_s'])} |"
+        )
+    values = [float(run.results["b5"]["runs_per_s"]) for run in runs if "b5" in run.results]
+    lines.append(f"| median of {len(values)} | | | **{_median_spread(values)}** | | | |")
+    return "\n".join(lines)
+
+
+def b6_table(runs: list[Run]) -> str:
+    """One sealed record per raw size: memory against payload, and its encoding."""
+    lines = [
+        "| file | listpack value | raw bytes | payload bytes | MEMORY USAGE | memory / payload "
+        "| encoding |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        b6 = run.results.get("b6")
+        if b6 is None:
+            continue
+        setting = b6.get("hash_max_listpack_value", "?")
+        for record in b6["records"]:
+            lines.append(
+                f"| `{run.path}` | {setting} | {record['raw_bytes']:,} | "
+                f"{record['payload_bytes']:,} | {record['memory_bytes']:,} | "
+                f"{record['memory_over_payload']:.2f} | {record['encoding']} |"
+            )
+    return "\n".join(lines)
+
+
+def b6_scale_table(runs: list[Run]) -> str:
+    """The store at scale: memory per record, and the reaper's and ``runs``' cost."""
+    lines = [
+        "| file | records | listpack value | bytes per record (INFO) | sample record "
+        "(MEMORY USAGE, encoding) | reaper: due search s (found) | runs: SCAN s | runs: "
+        "summary per run ms | runs command s (all runs) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        b6s = run.results.get("b6_scale")
+        if b6s is None:
+            continue
+        lines.append(
+            f"| `{run.path}` | {b6s['records']:,} | {b6s['hash_max_listpack_value']} | "
+            f"**{_num(b6s['bytes_per_record'])}** | {b6s['sample_record_bytes']:,}, "
+            f"{b6s['sample_record_encoding']} | **{b6s['reaper_s']:.3f}** "
+            f"({b6s['reaper_found']} of {b6s['pending_calls']}) | {b6s['run_ids_s']:.2f} | "
+            f"{b6s['summaries_per_run_ms']:.3f} | **{_num(b6s['runs_command_s'])}** |"
+        )
+    return "\n".join(lines)
+
+
+def profile_table(runs: list[Run], top: int = 12) -> str:
+    """py-spy (GIL holder) of our worker and the fair peer's during one B1 measurement:
+    samples per call, the boundary's steps' share, and the frames with most samples."""
+    lines: list[str] = []
+    for run in runs:
+        for pool, sides in run.results.get("profiles", {}).items():
+            for side, summary in sides.items():
+                if not summary:
+                    continue
+                calls = run.document.get("meta", {}).get("sizes", {}).get("b1_calls", 0)
+                per_call = f", {summary['samples'] / calls:.2f} samples a call" if calls else ""
+                lines += [
+                    f"**{side}, {pool}** (`{run.path}`): {summary['samples']} samples{per_call}, "
+                    f"{summary['calls_per_s']:.0f} calls/s; in the boundary's steps: "
+                    f"{summary['boundary_steps_share']:.1%}",
+                    "",
+                    "| share of samples (inclusive) | frame |",
+                    "|---|---|",
+                ]
+                shown = [
+                    (frame, share)
+                    for frame, share in summary["top_frames"]
+                    if not frame.startswith("process ")
+                ]
+                lines += [f"| {share:.1%} | `{frame}` |" for frame, share in shown[:top]]
+                lines.append("")
+    return "\n".join(lines).rstrip("\n") or "(no profile in these runs)"
+
+
 #: Block name -> renderer. Each renderer gets the runs its block's glob matched.
 RENDERERS: dict[str, Callable[[list[Run]], str]] = {
     "targets": targets_table,
     "pools": pools_table,
     "figures": figures_table,
     "runs": runs_table,
+    "b5": b5_table,
+    "b6": b6_table,
+    "b6-scale": b6_scale_table,
+    "profile": profile_table,
 }
 
 
