@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,18 @@ def glue_lines(example: str) -> list[str]:
 def test_every_example_is_listed() -> None:
     found = {p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_")}
     assert found == set(SDKS)
+
+
+def test_the_readme_table_gives_each_examples_glue_lines() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(
+        r"^\| [^|]+ \| `tool-boundary\[[a-z-]+\]` \| `examples\.frameworks\.(\w+)` \| (\d+) \|$",
+        readme,
+        re.MULTILINE,
+    )
+    assert {name: int(count) for name, count in rows} == {
+        example: len(glue_lines(example)) for example in SDKS
+    }
 
 
 @pytest.mark.parametrize("example", sorted(SDKS))
