@@ -257,7 +257,7 @@ def runs(as_json: JsonFlag = False) -> None:
     settings = _settings()
     with _reaching(settings):
         store = _store(settings)
-        summaries = [s for s in (store.run_summary(r) for r in sorted(store.run_ids())) if s]
+        summaries = store.run_summaries(sorted(store.run_ids()))
     rows = [
         {
             "run_id": s.run_id,

@@ -178,6 +178,12 @@ class CanonicalStore(ABC):
     def run_summary(self, run_id: str) -> RunSummary | None:
         """Counts of a run's calls by status, or ``None`` for an unknown run."""
 
+    def run_summaries(self, run_ids: Sequence[str]) -> list[RunSummary]:
+        """``run_summary`` of many runs, unknown ones left out, in the order given. An
+        implementation reads them in batches; this default reads them one by one."""
+        found = (self.run_summary(run_id) for run_id in run_ids)
+        return [summary for summary in found if summary is not None]
+
     @abstractmethod
     def open_run(self, run: RunContext) -> OpenRunStatus:
         """Keeps the run's policy (authorized tools, budgets, deadline) under its id, with the

@@ -50,6 +50,8 @@ DEFAULT_SOCKET_TIMEOUT_S = 5.0
 DEFAULT_MAX_CONNECTIONS = 100
 #: SCAN batch size hint.
 SCAN_COUNT = 1000
+#: Runs summarised per pipeline (``run_summaries``).
+SUMMARY_BATCH = 1000
 
 _WRITE_CODES = {
     1: WriteStatus.OK,
@@ -368,20 +370,34 @@ class RedisCanonicalStore(CanonicalStore):
                     yield run_id
 
     def run_summary(self, run_id: str) -> RunSummary | None:
-        with _translated():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hmget(keys.budget_key(run_id), "calls", "sealed:READY", "sealed:ERROR")
-            pipe.zcard(keys.pending_key(run_id))
-            (calls, ready, error), projecting = pipe.execute()
-        if calls is None:
-            return None
-        return RunSummary(
-            run_id=run_id,
-            calls=int(calls),
-            ready=int(ready or 0),
-            error=int(error or 0),
-            projecting=int(projecting),
-        )
+        found = self.run_summaries([run_id])
+        return found[0] if found else None
+
+    def run_summaries(self, run_ids: Sequence[str]) -> list[RunSummary]:
+        """One pipeline per ``SUMMARY_BATCH`` runs (a round trip each, not one per run)."""
+        summaries = []
+        for start in range(0, len(run_ids), SUMMARY_BATCH):
+            batch = run_ids[start : start + SUMMARY_BATCH]
+            with _translated():
+                pipe = self.client.pipeline(transaction=False)
+                for run_id in batch:
+                    pipe.hmget(keys.budget_key(run_id), "calls", "sealed:READY", "sealed:ERROR")
+                    pipe.zcard(keys.pending_key(run_id))
+                replies = pipe.execute()
+            for n, run_id in enumerate(batch):
+                (calls, ready, error), projecting = replies[2 * n], replies[2 * n + 1]
+                if calls is None:
+                    continue
+                summaries.append(
+                    RunSummary(
+                        run_id=run_id,
+                        calls=int(calls),
+                        ready=int(ready or 0),
+                        error=int(error or 0),
+                        projecting=int(projecting),
+                    )
+                )
+        return summaries
 
     def open_run(self, run: RunContext) -> OpenRunStatus:
         return self._runs.open_run(run)

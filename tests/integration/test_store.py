@@ -157,6 +157,36 @@ def test_progress_many_reads_many_runs_in_two_round_trips_as_progress_reads_each
         assert all(e.record is not None and e.record.raw is None for e in many[run_id])
 
 
+def test_run_summaries_reads_many_runs_per_round_trip_and_leaves_unknown_ones_out(
+    store: RedisCanonicalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given 5 runs: two calls each, the first sealed READY, the second still PROJECTING
+    runs = [f"run-s{n}" for n in range(5)]
+    for run_id in runs:
+        done = create_projecting(store, "c1", run_id=run_id)
+        store.store_raw(done, '{"raw":1}')
+        seal_ready(store, done)
+        create_projecting(store, "c2", run_id=run_id)
+    round_trips = []
+    real_execute = redis.client.Pipeline.execute
+
+    def counted(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+        round_trips.append(len(pipe.command_stack))
+        return real_execute(pipe, *args, **kwargs)
+
+    # When they are summarised with an unknown run among them, in batches of 2
+    monkeypatch.setattr("boundary.store.redis.SUMMARY_BATCH", 2)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    summaries = store.run_summaries([runs[0], "run-nobody", *runs[1:]])
+    monkeypatch.undo()
+
+    # Then one pipeline per batch of 2 runs (2 commands each), the unknown run left out
+    assert round_trips == [4, 4, 4]
+    assert [s.run_id for s in summaries] == runs
+    assert all((s.calls, s.ready, s.error, s.projecting) == (2, 1, 0, 1) for s in summaries)
+    assert summaries == [store.run_summary(run_id) for run_id in runs]
+
+
 def test_seal_error_from_projecting(store: RedisCanonicalStore) -> None:
     # Given a PROJECTING record
     key = create_projecting(store)
