@@ -1,11 +1,11 @@
-"""``tools/list`` and ``tools/call`` over stdio and streamable HTTP, with the SDK's own client,
-a real server process and a real worker."""
+"""``tools/list`` and ``tools/call`` with the SDK's own client, a real server process and a
+real worker: each check runs over HTTP on its own, and all of them in one stdio session (the
+client launches the server; one launch keeps the suite short)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -18,16 +18,7 @@ from tests.celery_tools import SECRET, SECRET_URL
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.servers import HttpServer, http_client, stdio_client
 
-ClientFactory = Callable[[], AbstractAsyncContextManager[Client]]
-
-
-@pytest.fixture(params=["stdio", "http"])
-def connect(request: pytest.FixtureRequest) -> ClientFactory:
-    """Each test runs over stdio (the client launches the server) and over HTTP."""
-    if request.param == "stdio":
-        return lambda: stdio_client("--run", RUN_ID)
-    server: HttpServer = request.getfixturevalue("server_a")
-    return lambda: http_client(server.url)
+Check = Callable[[Client, RedisCanonicalStore], Awaitable[None]]
 
 
 def call_meta(tool_call_id: str | None = None, run_id: str | None = RUN_ID) -> dict[str, Any]:
@@ -39,20 +30,16 @@ def call_meta(tool_call_id: str | None = None, run_id: str | None = RUN_ID) -> d
     return meta
 
 
-def run(coroutine: Callable[[], Any]) -> Any:
-    return anyio.run(coroutine)
+def record(store: RedisCanonicalStore, tool_call_id: str, run_id: str = RUN_ID) -> Any:
+    return store.get(CanonicalKey(run_id=run_id, tool_call_id=tool_call_id))
 
 
-def test_tools_are_listed_read_only_with_their_schema(
-    connect: ClientFactory, opened_run: RunContext
+async def tools_are_listed_read_only_with_their_schema(
+    client: Client, store: RedisCanonicalStore
 ) -> None:
-    async def scenario() -> Any:
-        async with connect() as client:
-            return await client.list_tools()
-
-    listing = run(scenario)
+    listing = await client.list_tools()
     tools = {tool.name: tool for tool in listing.tools}
-    # Then every read-only test tool is there, marked read-only; the writer is not offered
+    # Every read-only test tool is there, marked read-only; the writer is not offered
     assert {"lookup", "boom", "sleepy"} <= set(tools)
     assert "writer" not in tools
     for tool in tools.values():
@@ -60,17 +47,11 @@ def test_tools_are_listed_read_only_with_their_schema(
         assert tool.input_schema.get("type") == "object"
 
 
-def test_a_call_ends_ready_with_the_bounded_result_and_its_ids(
-    connect: ClientFactory, opened_run: RunContext, store: RedisCanonicalStore
+async def a_call_ends_ready_with_the_bounded_result_and_its_ids(
+    client: Client, store: RedisCanonicalStore
 ) -> None:
-    async def scenario() -> Any:
-        async with connect() as client:
-            return await client.call_tool(
-                "lookup", {"query": "timeouts"}, meta=call_meta("call-ready")
-            )
-
-    result = run(scenario)
-    # Then the bounded projection comes back as structured content and as text
+    result = await client.call_tool("lookup", {"query": "timeouts"}, meta=call_meta("call-ok"))
+    # The bounded projection comes back as structured content and as text
     assert result.is_error is False
     payload = {
         "evidence_status": "EVIDENCE_FOUND",
@@ -80,75 +61,103 @@ def test_a_call_ends_ready_with_the_bounded_result_and_its_ids(
     assert result.structured_content == payload
     assert json.loads(result.content[0].text) == payload
     assert result.meta is not None
-    assert result.meta[TOOL_CALL_ID_META] == "call-ready"
+    assert result.meta[TOOL_CALL_ID_META] == "call-ok"
     assert result.meta[RUN_ID_META] == RUN_ID
     # And the canonical record holds the call under the agent's exact id, with its raw data
-    record = store.get(CanonicalKey(run_id=RUN_ID, tool_call_id="call-ready"))
-    assert record is not None and record.status is InvocationStatus.READY
-    assert record.raw is not None and "timeouts 0" in record.raw
+    stored = record(store, "call-ok")
+    assert stored is not None and stored.status is InvocationStatus.READY
+    assert stored.raw is not None and "timeouts 0" in stored.raw
 
 
-def test_a_call_without_an_id_gets_a_minted_one_back(
-    connect: ClientFactory, opened_run: RunContext, store: RedisCanonicalStore
+async def a_call_without_an_id_gets_a_minted_one_back(
+    client: Client, store: RedisCanonicalStore
 ) -> None:
-    async def scenario() -> Any:
-        async with connect() as client:
-            return await client.call_tool("lookup", {"query": "q"}, meta=call_meta())
-
-    result = run(scenario)
+    result = await client.call_tool("lookup", {"query": "q"}, meta=call_meta())
     minted = result.meta[TOOL_CALL_ID_META]
     assert minted.startswith("mcp-")
-    assert store.get(CanonicalKey(run_id=RUN_ID, tool_call_id=minted)) is not None
+    assert record(store, minted) is not None
 
 
-def test_a_repeated_tool_call_id_is_refused_and_not_executed(
-    connect: ClientFactory, opened_run: RunContext, store: RedisCanonicalStore
+async def a_repeated_tool_call_id_is_refused_and_not_executed(
+    client: Client, store: RedisCanonicalStore
 ) -> None:
-    async def scenario() -> tuple[Any, Any]:
-        async with connect() as client:
-            first = await client.call_tool("lookup", {"query": "one"}, meta=call_meta("call-dup"))
-            second = await client.call_tool("lookup", {"query": "two"}, meta=call_meta("call-dup"))
-            return first, second
-
-    first, second = run(scenario)
+    first = await client.call_tool("lookup", {"query": "one"}, meta=call_meta("call-dup"))
+    second = await client.call_tool("lookup", {"query": "two"}, meta=call_meta("call-dup"))
     assert first.is_error is False
-    # Then the second is DUPLICATE_TOOL_CALL, and the first record is untouched
+    # The second is DUPLICATE_TOOL_CALL, and the first record is untouched
     assert second.is_error is True
     assert second.structured_content == {
         "error_code": "DUPLICATE_TOOL_CALL",
         "message": ErrorCode.DUPLICATE_TOOL_CALL.message,
     }
-    record = store.get(CanonicalKey(run_id=RUN_ID, tool_call_id="call-dup"))
-    assert record is not None and json.loads(record.request) == {"query": "one"}
+    stored = record(store, "call-dup")
+    assert stored is not None and json.loads(stored.request) == {"query": "one"}
 
 
-def test_a_failing_tool_is_an_error_result_with_its_code_only(
-    connect: ClientFactory, opened_run: RunContext
+async def a_failing_tool_is_an_error_result_with_its_code_only(
+    client: Client, store: RedisCanonicalStore
 ) -> None:
-    async def scenario() -> Any:
-        async with connect() as client:
-            return await client.call_tool("boom", {"query": "x"}, meta=call_meta("call-boom"))
-
-    result = run(scenario)
+    result = await client.call_tool("boom", {"query": "x"}, meta=call_meta("call-boom"))
     assert result.is_error is True
-    assert result.content[0].text == (
-        f"TOOL_EXECUTION_FAILED: {ErrorCode.TOOL_EXECUTION_FAILED.message}"
-    )
+    expected = f"TOOL_EXECUTION_FAILED: {ErrorCode.TOOL_EXECUTION_FAILED.message}"
+    assert result.content[0].text == expected
     text = result.model_dump_json()
     for leak in (SECRET, SECRET_URL, "Traceback", "tb:{"):
         assert leak not in text
 
 
-def test_an_unknown_run_executes_nothing(
-    connect: ClientFactory, opened_run: RunContext, store: RedisCanonicalStore
-) -> None:
-    async def scenario() -> Any:
-        async with connect() as client:
-            return await client.call_tool(
-                "lookup", {"query": "x"}, meta=call_meta("call-x", run_id="run-unknown")
-            )
-
-    result = run(scenario)
+async def an_unknown_run_executes_nothing(client: Client, store: RedisCanonicalStore) -> None:
+    meta = call_meta("call-x", run_id="run-unknown")
+    result = await client.call_tool("lookup", {"query": "x"}, meta=meta)
     assert result.is_error is True
     assert result.structured_content["error_code"] == "RUN_NOT_FOUND"
-    assert store.get(CanonicalKey(run_id="run-unknown", tool_call_id="call-x")) is None
+    assert record(store, "call-x", run_id="run-unknown") is None
+
+
+CHECKS: list[Check] = [
+    tools_are_listed_read_only_with_their_schema,
+    a_call_ends_ready_with_the_bounded_result_and_its_ids,
+    a_call_without_an_id_gets_a_minted_one_back,
+    a_repeated_tool_call_id_is_refused_and_not_executed,
+    a_failing_tool_is_an_error_result_with_its_code_only,
+    an_unknown_run_executes_nothing,
+]
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.__name__)
+def test_over_http(
+    check: Check, server_a: HttpServer, opened_run: RunContext, store: RedisCanonicalStore
+) -> None:
+    async def scenario() -> None:
+        async with http_client(server_a.url) as client:
+            await check(client, store)
+
+    anyio.run(scenario)
+
+
+def test_over_stdio(opened_run: RunContext, store: RedisCanonicalStore) -> None:
+    # One server launched by the client; every check in its session, in order
+    async def scenario() -> None:
+        async with stdio_client("--run", RUN_ID) as client:
+            for check in CHECKS:
+                await check(client, store)
+            # And a request that names no run is a call of the server's --run
+            meta = call_meta("call-server-run", run_id=None)
+            result = await client.call_tool("lookup", {"query": "x"}, meta=meta)
+            assert result.is_error is False
+            assert result.meta[RUN_ID_META] == RUN_ID
+
+    anyio.run(scenario)
+
+
+def test_a_request_naming_no_run_on_a_server_without_one_runs_nothing(
+    server_a: HttpServer, opened_run: RunContext, store: RedisCanonicalStore
+) -> None:
+    async def scenario() -> Any:
+        async with http_client(server_a.url) as client:
+            meta = call_meta("call-no-run", run_id=None)
+            return await client.call_tool("lookup", {"query": "x"}, meta=meta)
+
+    result = anyio.run(scenario)
+    assert result.structured_content["error_code"] == "RUN_NOT_FOUND"
+    assert record(store, "call-no-run") is None
