@@ -1,8 +1,8 @@
 """The MCP server's one seam to the boundary: every call it makes, awaitable.
 
 The boundary's API is synchronous; each call runs in a worker thread so the event loop never
-blocks. Waits are cut into short slices so a cancelled request (client gone, server stopping)
-stops waiting within one slice.
+blocks, and no thread is held for a wait: a waited-for call's record is read again and again
+between async sleeps, so a cancelled request (client gone, server stopping) stops at once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from boundary import (
     CanonicalKey,
     CanonicalRecord,
     ErrorCode,
-    InvocationStatus,
     RunContext,
     StoreError,
     Submission,
@@ -25,8 +24,9 @@ from boundary import (
 )
 from boundary.steps import outcome_from_record
 
-#: Longest single wait on the boundary, seconds: a cancelled request stops within this.
-WAIT_SLICE_S = 1.0
+#: First and longest pause between two reads of a waited-for record, seconds.
+FIRST_POLL_S = 0.02
+MAX_POLL_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,22 +65,31 @@ class BoundaryCalls:
         return await asyncio.to_thread(self.boundary.submit, envelope, run)
 
     async def outcome(self, key: CanonicalKey, timeout_s: float) -> ToolOutcome | None:
-        """The call's outcome, waiting up to ``timeout_s``; ``None`` while still PROJECTING."""
+        """The call's outcome, waiting up to ``timeout_s``; ``None`` while still PROJECTING.
+
+        Polls the record (each read a short thread job, backing off from ``FIRST_POLL_S`` to
+        ``MAX_POLL_S``) rather than holding a thread in a blocking wait: the loop's few
+        threads stay free for other requests however many calls wait.
+        """
         loop = asyncio.get_running_loop()
         give_up = loop.time() + timeout_s
+        pause = FIRST_POLL_S
         while True:
+            outcome = await asyncio.to_thread(self._sealed_outcome, key)
             left = give_up - loop.time()
-            slice_s = max(0.0, min(WAIT_SLICE_S, left))
-            outcome = await asyncio.to_thread(self._outcome, key, slice_s)
-            if outcome is not None or left <= slice_s:
+            if outcome is not None or left <= 0:
                 return outcome
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, MAX_POLL_S)
 
-    def _outcome(self, key: CanonicalKey, timeout_s: float) -> ToolOutcome | None:
+    def _sealed_outcome(self, key: CanonicalKey) -> ToolOutcome | None:
         try:
-            outcome = self.boundary.outcome(key.run_id, key.tool_call_id, timeout=timeout_s)
-        except TimeoutError:
-            return None
-        return None if outcome.status is InvocationStatus.PROJECTING else outcome
+            record = self.boundary.store.get(key, with_raw=False)
+        except StoreError:
+            return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+        if record is None:
+            return ToolOutcome.error(key.tool_call_id, ErrorCode.RECORD_NOT_FOUND)
+        return outcome_from_record(record)
 
     async def task_state(self, key: CanonicalKey) -> TaskState | None:
         """The record behind a task, ``None`` when missing or expired.

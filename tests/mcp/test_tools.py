@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -16,7 +17,7 @@ from boundary import CanonicalKey, ErrorCode, InvocationStatus, RedisCanonicalSt
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tests.celery_tools import SECRET, SECRET_URL
 from tests.mcp.conftest import RUN_ID
-from tests.mcp.servers import HttpServer, http_client, stdio_client
+from tests.mcp.servers import HttpServer, http_client, http_server, stdio_client
 
 Check = Callable[[Client, RedisCanonicalStore], Awaitable[None]]
 
@@ -161,3 +162,34 @@ def test_a_request_naming_no_run_on_a_server_without_one_runs_nothing(
     result = anyio.run(scenario)
     assert result.structured_content["error_code"] == "RUN_NOT_FOUND"
     assert record(store, "call-no-run") is None
+
+
+def test_a_plain_call_waits_for_a_slow_tool(server_a: HttpServer, opened_run: RunContext) -> None:
+    async def scenario() -> Any:
+        async with http_client(server_a.url) as client:
+            meta = call_meta("call-slow")
+            return await client.call_tool("sleepy", {"seconds": 1.0}, meta=meta)
+
+    result = anyio.run(scenario)
+    assert result.is_error is False
+    assert result.structured_content["result"]["first"] == "slept-0"
+
+
+def test_a_plain_call_past_the_servers_wait_is_cancelled_and_says_so(
+    logs: Path, opened_run: RunContext, store: RedisCanonicalStore
+) -> None:
+    # Given a server that waits at most 0.3 s for a plain call
+    with http_server(logs / "short-wait.log", TOOL_BOUNDARY_MCP_CALL_WAIT_S="0.3") as server:
+
+        async def scenario() -> Any:
+            async with http_client(server.url) as client:
+                meta = call_meta("call-too-slow")
+                return await client.call_tool("sleepy", {"seconds": 1.5}, meta=meta)
+
+        # When a call runs longer
+        result = anyio.run(scenario)
+    # Then it is cancelled, and the answer is what the record says
+    assert result.is_error is True
+    assert result.structured_content["error_code"] == "CANCELLED"
+    stored = record(store, "call-too-slow")
+    assert stored is not None and stored.error_code is ErrorCode.CANCELLED
