@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
+from weakref import WeakKeyDictionary
 
 from pydantic import ValidationError
 
+from boundary.aio_calls import AsyncCalls
 from boundary.dispatch import Dispatcher, Revoker
 from boundary.errors import ErrorCode, StoreError
 from boundary.handle import DEFAULT_CALL_TIMEOUT_S, RunBoundary
@@ -25,7 +30,14 @@ from boundary.preflight import Rejected, preflight
 from boundary.progress import RunProgressProjector
 from boundary.registry import ToolRegistry
 from boundary.steps import outcome_from_record
-from boundary.store.base import CanonicalStore, CreateStatus, OpenRunStatus, WriteStatus
+from boundary.store.base import (
+    AsyncStore,
+    CanonicalStore,
+    CreateResult,
+    CreateStatus,
+    OpenRunStatus,
+    WriteStatus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +50,20 @@ DEFAULT_REAP_GRACE_S = 60.0
 DEFAULT_POLL_S = 1.0
 
 
-class ToolBoundary:
+def _give_up(timeout: float | None) -> float | None:
+    """The monotonic time a wait of ``timeout`` seconds ends (``None``: never)."""
+    return None if timeout is None else time.monotonic() + max(timeout, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A call that passed preflight: its key and the arguments of ``store.create``."""
+
+    key: CanonicalKey
+    create: dict[str, Any]
+
+
+class ToolBoundary(AsyncCalls):
     """Preflight, create, dispatch, wait, observe.
 
     Args:
@@ -76,38 +101,27 @@ class ToolBoundary:
         self.reap_grace_s = reap_grace_s
         self.poll_s = poll_s
         self._clock = clock
+        #: The store's asyncio side per event loop (``None``: async calls use threads).
+        self._async_stores: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncStore | None] = (
+            WeakKeyDictionary()
+        )
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self._clock(), tz=UTC)
 
     def submit(self, envelope: ToolCallEnvelope, run: RunContext) -> Submission:
         """Preflight, create the PROJECTING record, dispatch. Never raises for bad input."""
-        now = self._now()
-        checked = preflight(envelope, run, self.registry, self.store.limits, now)
-        if isinstance(checked, Rejected):
-            return self._rejected(envelope, None, checked.code, path=checked.path)
-        key = checked.key
-        deadline = run.deadline
-        # The reaper may seal the call WORKER_LOST once it is PROJECTING past its run's
-        # deadline or ``max_pending_s``, whichever comes first, plus the grace.
-        latest = now + timedelta(seconds=self.max_pending_s)
-        reap_at = min(deadline or latest, latest) + timedelta(seconds=self.reap_grace_s)
+        prepared = self._prepare(envelope, run)
+        if isinstance(prepared, Submission):
+            return prepared
+        key = prepared.key
         try:
-            created = self.store.create(
-                key,
-                tool_name=checked.spec.name,
-                request=checked.request,
-                deadline=deadline,
-                reap_at=reap_at,
-                max_run_calls=run.max_tool_calls,
-                max_tool_calls=run.max_calls_per_tool.get(checked.spec.name),
-            )
+            created = self.store.create(key, **prepared.create)
         except StoreError:
             return self._rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
-        if created.status is not CreateStatus.CREATED:
-            code = created.status.error_code
-            assert code is not None
-            return self._rejected(envelope, key, code)
+        refused = self._refused(envelope, key, created)
+        if refused is not None:
+            return refused
         try:
             self.dispatcher.dispatch(key)
         except Exception:
@@ -116,6 +130,38 @@ class ToolBoundary:
             logger.warning("dispatch of %s failed; sealing DISPATCH_FAILED", key.identity)
             return self._dispatch_failed(key)
         return Submission(key=key, accepted=True)
+
+    def _prepare(self, envelope: ToolCallEnvelope, run: RunContext) -> Submission | Prepared:
+        """Preflight (pure, no I/O): the rejection, or what ``create`` needs."""
+        now = self._now()
+        checked = preflight(envelope, run, self.registry, self.store.limits, now)
+        if isinstance(checked, Rejected):
+            return self._rejected(envelope, None, checked.code, path=checked.path)
+        deadline = run.deadline
+        # The reaper may seal the call WORKER_LOST once it is PROJECTING past its run's
+        # deadline or ``max_pending_s``, whichever comes first, plus the grace.
+        latest = now + timedelta(seconds=self.max_pending_s)
+        reap_at = min(deadline or latest, latest) + timedelta(seconds=self.reap_grace_s)
+        return Prepared(
+            key=checked.key,
+            create={
+                "tool_name": checked.spec.name,
+                "request": checked.request,
+                "deadline": deadline,
+                "reap_at": reap_at,
+                "max_run_calls": run.max_tool_calls,
+                "max_tool_calls": run.max_calls_per_tool.get(checked.spec.name),
+            },
+        )
+
+    def _refused(
+        self, envelope: ToolCallEnvelope, key: CanonicalKey, created: CreateResult
+    ) -> Submission | None:
+        if created.status is CreateStatus.CREATED:
+            return None
+        code = created.status.error_code
+        assert code is not None
+        return self._rejected(envelope, key, code)
 
     def _rejected(
         self,
@@ -144,29 +190,28 @@ class ToolBoundary:
 
     def outcome(self, run_id: str, tool_call_id: str, timeout: float | None = None) -> ToolOutcome:
         """The outcome of an accepted call, waiting up to ``timeout`` seconds (``None``: no
-        limit) for it.
+        limit) for it to be sealed.
 
-        Returns RECORD_NOT_FOUND at once for an unknown or expired call.
-
-        Raises:
-            TimeoutError: the call is still PROJECTING after ``timeout``.
+        Returns RECORD_NOT_FOUND at once for an unknown or expired call. Never raises for
+        time: a wait that runs out returns the call's real state, a PROJECTING outcome
+        (``pending`` true) while it still runs; ask again later with the same ids.
         """
         try:
             key = CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
         except ValidationError:
             return ToolOutcome.error(None, ErrorCode.RECORD_NOT_FOUND)
-        return self._await(key, timeout, read_first=True)
+        return self._await(key, _give_up(timeout), read_first=True)
 
-    def _await(self, key: CanonicalKey, timeout: float | None, *, read_first: bool) -> ToolOutcome:
-        """Waits through the dispatcher in slices of ``poll_s`` and reads the record between
-        slices, so a result that is never written (the reaper sealed the record) or a missed
-        wake-up cannot hang.
+    def _await(self, key: CanonicalKey, give_up: float | None, *, read_first: bool) -> ToolOutcome:
+        """Waits through the dispatcher in slices of at most ``poll_s`` until the monotonic
+        time ``give_up``, reading the record between slices, so a result that is never
+        written (the reaper sealed the record) or a missed wake-up cannot hang.
 
         The record decides, never the dispatcher's value: the project step seals the record
         before its result is written, so a result seen while the record is still PROJECTING
-        is a stale one (of an expired record with the same ids) and is ignored.
+        is a stale one (of an expired record with the same ids) and is ignored. The last read
+        comes after the last slice, so a wait that runs out still returns the real state.
         """
-        give_up = None if timeout is None else time.monotonic() + timeout
         # Set once the dispatcher's wait is of no use: only the record is polled from then on.
         poll_only = False
         read = read_first
@@ -181,10 +226,14 @@ class ToolBoundary:
                 done = outcome_from_record(record)
                 if done is not None:
                     return done
-            read = True
             left = None if give_up is None else give_up - time.monotonic()
             if left is not None and left <= 0:
-                raise TimeoutError(f"call {key.tool_call_id} is still running")
+                if read:
+                    return ToolOutcome.running(key.tool_call_id)
+                # Out of time before the first read (invoke's submit used it all): read once.
+                read = True
+                continue
+            read = True
             slice_s = self.poll_s if left is None else min(left, self.poll_s)
             if poll_only:
                 time.sleep(slice_s)
@@ -195,22 +244,22 @@ class ToolBoundary:
                 # that result was stale and only the record is polled from now on.
                 poll_only = True
             elif time.monotonic() - started < slice_s / 2:
-                # The dispatcher cannot wait (the in-process one answers at once): poll the
-                # record every slice rather than spin on it.
+                # The dispatcher cannot wait (it knows nothing of this call): poll the record
+                # every slice rather than spin on it.
                 poll_only = True
 
     def invoke(
         self, envelope: ToolCallEnvelope, run: RunContext, timeout: float | None = None
     ) -> ToolOutcome:
-        """``submit`` then wait for the outcome: always returns an outcome (or raises
-        TimeoutError)."""
+        """``submit`` then wait for the outcome, ``timeout`` bounding the whole call. Always
+        returns an outcome: a PROJECTING one (``pending``) when the time ran out first."""
+        give_up = _give_up(timeout)
         submission = self.submit(envelope, run)
         if submission.outcome is not None:
             return submission.outcome
         assert submission.key is not None
-        # Just dispatched: wait first, then read (an in-process dispatcher's wait returns at
-        # once and the read finds the sealed record).
-        return self._await(submission.key, timeout, read_first=False)
+        # Just dispatched: wait first, then read.
+        return self._await(submission.key, give_up, read_first=False)
 
     def for_run(self, run: RunContext, *, timeout: float = DEFAULT_CALL_TIMEOUT_S) -> RunBoundary:
         """A handle on ``run``: ``for_run(run).call(tool_call_id, tool_name, arguments)``
@@ -295,3 +344,10 @@ class ToolBoundary:
         except Exception:
             # The text may name a broker URL: only that it failed is logged.
             logger.warning("revoke of cancelled call %s failed", key.identity)
+
+    def _async_store(self) -> AsyncStore | None:
+        """The store's asyncio side for the running loop, made on first use."""
+        loop = asyncio.get_running_loop()
+        if loop not in self._async_stores:
+            self._async_stores[loop] = self.store.async_store()
+        return self._async_stores[loop]

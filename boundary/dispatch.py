@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any, Protocol, runtime_checkable
 
-from boundary.models import CanonicalKey
+from boundary.models import CanonicalKey, ToolOutcome
 from boundary.registry import ToolRegistry
 from boundary.steps import execute_step, project_step
 from boundary.store.base import CanonicalStore
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -30,21 +34,72 @@ class Revoker(Protocol):
         """Stops the call's steps that have not started; raises when it cannot reach them."""
 
 
-class InProcessDispatcher:
-    """Runs the execute and project steps in the caller's thread, at dispatch.
+class _Running:
+    """One call whose steps run on a background thread."""
 
-    For tests and embedded use: no time limit is enforced on the tool (Celery's soft time
-    limit does that for ``CeleryDispatcher``).
+    __slots__ = ("done", "outcome")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.outcome: ToolOutcome | None = None
+
+
+class InProcessDispatcher:
+    """Runs the execute and project steps in this process, without a broker.
+
+    For tests and embedded use: no time limit is enforced on the tool beyond its
+    ``timeout_s`` (Celery's time limit does that for ``CeleryDispatcher``).
+
+    Args:
+        store: the store the steps read and seal.
+        registry: the tools.
+        inline: run both steps inside ``dispatch`` (``submit`` returns once the call is
+            sealed; a wait can then never be shorter than the call). By default they run on
+            a daemon thread per call, so ``invoke(timeout=...)`` and ``outcome`` answer on
+            time while a tool still runs.
     """
 
-    def __init__(self, store: CanonicalStore, registry: ToolRegistry) -> None:
+    def __init__(self, store: CanonicalStore, registry: ToolRegistry, *, inline: bool = False):
         self._store = store
         self._registry = registry
+        self.inline = inline
+        self._lock = threading.Lock()
+        self._running: dict[str, _Running] = {}
+
+    def _run_steps(self, key: CanonicalKey) -> ToolOutcome | None:
+        execute_step(self._store, self._registry, key)
+        return project_step(self._store, self._registry, key)
 
     def dispatch(self, key: CanonicalKey) -> None:
-        execute_step(self._store, self._registry, key)
-        project_step(self._store, self._registry, key)
+        if self.inline:
+            self._run_steps(key)
+            return
+        running = _Running()
+        with self._lock:
+            self._running[key.identity] = running
+        thread = threading.Thread(
+            target=self._background, args=(key, running), name="tb-inprocess", daemon=True
+        )
+        thread.start()
+
+    def _background(self, key: CanonicalKey, running: _Running) -> None:
+        try:
+            running.outcome = self._run_steps(key)
+        except Exception:
+            # A store failure under the steps: the record stays PROJECTING until the reaper
+            # seals it, exactly as when a Celery worker's store fails.
+            logger.warning("in-process steps of %s failed", key.identity)
+        finally:
+            with self._lock:
+                self._running.pop(key.identity, None)
+            running.done.set()
 
     def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
-        # Everything happened at dispatch: the record already holds the outcome.
-        return None
+        with self._lock:
+            running = self._running.get(key.identity)
+        if running is None:
+            # Not running here (finished, inline, or dispatched elsewhere): the record answers.
+            return None
+        if not running.done.wait(timeout) or running.outcome is None:
+            return None
+        return running.outcome.model_dump(mode="json")

@@ -47,6 +47,12 @@ class ErrorCode(StrEnum):
         """A fixed human sentence for the code: safe to show to an agent."""
         return ERROR_MESSAGES[self]
 
+    @property
+    def retryable(self) -> bool:
+        """May a caller try the same work again under a new tool_call_id? Only for failures
+        of the infrastructure or of time, never for what the call itself was or returned."""
+        return self in RETRYABLE_CODES
+
 
 #: One fixed sentence per code. Never formatted with runtime values.
 ERROR_MESSAGES: dict[ErrorCode, str] = {
@@ -77,6 +83,17 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.CANCELLED: "The call was cancelled before it finished.",
     ErrorCode.RECORD_NOT_FOUND: "No such call is known, or its record has expired.",
 }
+
+#: Codes whose call may be tried again, as new work under a new tool_call_id (the failed
+#: call's own id stays used: the store refuses it as a duplicate).
+RETRYABLE_CODES: frozenset[ErrorCode] = frozenset(
+    {
+        ErrorCode.STORE_UNAVAILABLE,
+        ErrorCode.DISPATCH_FAILED,
+        ErrorCode.TOOL_TIMEOUT,
+        ErrorCode.WORKER_LOST,
+    }
+)
 
 #: Codes a preflight (or the create step) may return; no record exists for these calls.
 PREFLIGHT_CODES: frozenset[ErrorCode] = frozenset(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from enum import StrEnum
@@ -153,11 +154,13 @@ class Projection(_Frozen):
 
 
 class ToolOutcome(_Frozen):
-    """The agent-facing end of a call: a bounded result or a stable error code, nothing raw."""
+    """The agent-facing end of a call: a bounded result, a stable error code, or (when a
+    wait ran out first) the fact that the call is still running. Nothing raw."""
 
     tool_call_id: str | None
     status: InvocationStatus
-    evidence_status: EvidenceStatus
+    #: ``None`` only while the call is PROJECTING (nothing is known about evidence yet).
+    evidence_status: EvidenceStatus | None
     result: Any = None
     scope: Any = None
     error_code: ErrorCode | None = None
@@ -171,6 +174,41 @@ class ToolOutcome(_Frozen):
         """The fixed sentence for ``error_code``."""
         return self.error_code.message if self.error_code is not None else None
 
+    @property
+    def is_error(self) -> bool:
+        """True when the call ended in ERROR (``error_code`` says why)."""
+        return self.status is InvocationStatus.ERROR
+
+    @property
+    def pending(self) -> bool:
+        """True when the call is still running: ask again later with the same ids."""
+        return self.status is InvocationStatus.PROJECTING
+
+    def as_text(self) -> str:
+        """The one text a model reads for this outcome: canonical JSON, the same for the same
+        outcome. READY: status, evidence status, the bounded result (and its scope). ERROR:
+        the stable code and its fixed sentence (and a schema refusal's schema path), never
+        anything raw. PROJECTING: a fixed note to ask again for this tool_call_id."""
+        if self.status is InvocationStatus.READY:
+            ready: dict[str, Any] = {
+                "status": "READY",
+                "evidence_status": self.evidence_status,
+                "result": self.result,
+            }
+            if self.scope is not None:
+                ready["scope"] = self.scope
+            return _canonical(ready)
+        if self.status is InvocationStatus.ERROR:
+            error: dict[str, Any] = {
+                "status": "ERROR",
+                "error_code": self.error_code,
+                "message": self.error_message,
+            }
+            if self.error_path is not None:
+                error["error_path"] = self.error_path
+            return _canonical(error)
+        return PENDING_TEXT
+
     @classmethod
     def error(
         cls, tool_call_id: str | None, code: ErrorCode, *, path: str | None = None
@@ -182,6 +220,28 @@ class ToolOutcome(_Frozen):
             error_code=code,
             error_path=path,
         )
+
+    @classmethod
+    def running(cls, tool_call_id: str | None) -> ToolOutcome:
+        """The outcome of a wait that ran out while the call was still PROJECTING."""
+        return cls(
+            tool_call_id=tool_call_id, status=InvocationStatus.PROJECTING, evidence_status=None
+        )
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(
+        value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+    )
+
+
+#: What a model is told about a call that is still running (``ToolOutcome.as_text``).
+PENDING_TEXT = _canonical(
+    {
+        "status": "PROJECTING",
+        "message": "The call is still running; ask again for this tool_call_id.",
+    }
+)
 
 
 class Submission(_Frozen):

@@ -285,6 +285,7 @@ def project_step(store: CanonicalStore, registry: ToolRegistry, key: CanonicalKe
         outcome = ToolOutcome.error(key.tool_call_id, code)
     else:
         outcome, result, scope = projected
+        assert outcome.evidence_status is not None  # a READY outcome always has one
         written = store.seal(
             key, evidence_status=outcome.evidence_status, agent_result=result, scope=scope
         )

@@ -501,7 +501,7 @@ def demo(
             console.print()
             console.print(facts_table(report.facts))
         console.print(f"Done in {report.wall_s:.1f}s.")
-    if any(call.status == "TIMEOUT" for call in report.calls):
+    if any(call.status == "PROJECTING" for call in report.calls):
         _fail(
             f"a call did not finish within {CALL_TIMEOUT_S:.0f}s: is a worker running "
             "(celery -A tasks worker -Q tools,projections)?",

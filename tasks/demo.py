@@ -255,26 +255,17 @@ def _make_call(boundary: Any, run: RunContext, step: Step) -> CallReport:
         arguments=step.arguments,
     )
     began = time.perf_counter()
-    try:
-        outcome = boundary.invoke(envelope, run, timeout=CALL_TIMEOUT_S)
-    except TimeoutError:
-        return CallReport(
-            step=step.label,
-            tool=step.tool,
-            tool_call_id=step.tool_call_id,
-            status="TIMEOUT",
-            evidence_status=None,
-            error_code=None,
-            latency_ms=(time.perf_counter() - began) * 1000,
-            expected=False,
-        )
+    # A wait that runs out returns the call's real state (PROJECTING), never an exception.
+    outcome = boundary.invoke(envelope, run, timeout=CALL_TIMEOUT_S)
     code = outcome.error_code
     return CallReport(
         step=step.label,
         tool=step.tool,
         tool_call_id=step.tool_call_id,
         status=outcome.status.value,
-        evidence_status=outcome.evidence_status.value,
+        evidence_status=(
+            outcome.evidence_status.value if outcome.evidence_status is not None else None
+        ),
         error_code=code.value if code is not None else None,
         latency_ms=(time.perf_counter() - began) * 1000,
         result=outcome.result,

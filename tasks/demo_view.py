@@ -17,7 +17,7 @@ from tasks.demo import SCRIPT, CallReport, DemoReport
 #: Characters of a fact's result shown in the facts table (``--json`` shows all).
 FACT_CHARS = 160
 
-_STATUS_STYLE = {"READY": "green", "ERROR": "red", "TIMEOUT": "bold red"}
+_STATUS_STYLE = {"READY": "green", "ERROR": "red", "PROJECTING": "bold red"}
 
 
 def calls_table() -> Table:

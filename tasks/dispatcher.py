@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import Any
 
 from celery import Celery
@@ -9,6 +11,30 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from boundary import CanonicalKey, DispatchError
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
+
+#: Longest step between two looks at a result on a backend that does not push results.
+POLL_S = 0.05
+
+
+def _drain_until_ready(backend: Any, result: Any, timeout: float | None) -> bool:
+    """Drains ``backend``'s result consumer until ``result`` is ready (True) or ``timeout``
+    seconds passed (False), each drain step cut to the time left.
+
+    Subscribes first, then reads the stored result once, so a result written before the
+    subscription took effect is still seen.
+    """
+    give_up = None if timeout is None else time.monotonic() + timeout
+    backend.add_pending_result(result)
+    consumer = backend.result_consumer
+    consumer.on_wait_for_pending(result)
+    while not result.on_ready.ready:
+        left = 1.0 if give_up is None else give_up - time.monotonic()
+        if left <= 0:
+            return False
+        # A step that ends with no message raises the builtin TimeoutError (socket.timeout).
+        with contextlib.suppress(TimeoutError):
+            consumer.drain_events(timeout=left)
+    return True
 
 
 class CeleryDispatcher:
@@ -75,14 +101,35 @@ class CeleryDispatcher:
             raise DispatchError() from None
 
     def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
+        """The project task's result, waiting at most ``timeout`` seconds.
+
+        ``AsyncResult.get`` drains the result backend in steps of one second and checks its
+        timeout only between steps, so ``get(timeout=0.05)`` returned after about a second.
+        On a backend that pushes results (Redis), this drains with each step cut to the time
+        left; other backends are polled by ``get`` every ``POLL_S`` at most.
+        """
         result = self.app.AsyncResult(key.task_id("project"))
+        backend = self.app.backend
         try:
-            value = result.get(timeout=timeout, propagate=False, disable_sync_subtasks=False)
+            if not backend.is_async:
+                interval = POLL_S if timeout is None else min(POLL_S, max(timeout, 0.001))
+                value = result.get(
+                    timeout=timeout,
+                    interval=interval,
+                    propagate=False,
+                    disable_sync_subtasks=False,
+                )
+            elif _drain_until_ready(backend, result, timeout):
+                value = result.get(timeout=0, propagate=False, disable_sync_subtasks=False)
+            else:
+                return None
         except CeleryTimeoutError:
-            # Stop waiting on it: a timed-out get keeps its subscription otherwise.
-            self.app.backend.remove_pending_result(result)
             return None
         except Exception:
             # The result backend is unreachable: the caller reads the record instead.
             return None
+        finally:
+            if not result.on_ready.ready:
+                # Stop waiting on it: a timed-out wait keeps its subscription otherwise.
+                backend.remove_pending_result(result)
         return value if isinstance(value, dict) else None

@@ -154,7 +154,7 @@ def registry() -> ToolRegistry:
 def boundary(store: RedisCanonicalStore, registry: ToolRegistry) -> ToolBoundary:
     """A boundary whose dispatcher runs the steps in-process (no Celery)."""
     return ToolBoundary(
-        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
+        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry, inline=True)
     )
 
 

@@ -160,7 +160,7 @@ def make_boundary(
 ) -> tuple[ToolBoundary, RedisCanonicalStore]:
     """A boundary with its own limits or TTL, on the test DB, running calls in-process."""
     store = RedisCanonicalStore(client=redis_client, ttl_s=ttl_s, limits=limits)
-    dispatcher = InProcessDispatcher(store, registry)
+    dispatcher = InProcessDispatcher(store, registry, inline=True)
     return ToolBoundary(store=store, registry=registry, dispatcher=dispatcher), store
 
 

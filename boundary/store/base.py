@@ -8,11 +8,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
 
 from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode
 from boundary.limits import Limits
 from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, RunContext
+
+if TYPE_CHECKING:
+    from boundary.store.notify import Watch
 
 #: Default record TTL, in seconds.
 DEFAULT_TTL_S = 24 * 3600
@@ -95,6 +99,33 @@ class RunSummary:
     ready: int
     error: int
     projecting: int
+
+
+class AsyncStore(Protocol):
+    """What the boundary's async calls need of a store, on one event loop."""
+
+    async def create(
+        self,
+        key: CanonicalKey,
+        *,
+        tool_name: str,
+        request: str,
+        deadline: datetime | None,
+        reap_at: datetime,
+        max_run_calls: int | None,
+        max_tool_calls: int | None,
+    ) -> CreateResult: ...
+
+    async def seal_error(self, key: CanonicalKey, code: ErrorCode) -> WriteStatus: ...
+
+    async def get(self, key: CanonicalKey) -> CanonicalRecord | None:
+        """The record without its raw response."""
+
+    async def progress(self, run_id: str) -> list[ProgressEntry]: ...
+
+    def watch(self, key: CanonicalKey) -> Watch: ...
+
+    async def aclose(self) -> None: ...
 
 
 class CanonicalStore(ABC):
@@ -201,3 +232,8 @@ class CanonicalStore(ABC):
     @abstractmethod
     def ping(self) -> None:
         """Raises ``StoreUnavailable`` when the store cannot be reached."""
+
+    def async_store(self) -> AsyncStore | None:
+        """A new asyncio side of this store for the running event loop, or ``None`` when it
+        has none (the boundary's async calls then run the sync ones on threads)."""
+        return None

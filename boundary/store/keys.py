@@ -37,6 +37,13 @@ def run_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:run"
 
 
+def sealed_channel(run_id: str) -> str:
+    """The Pub/Sub channel ``seal.lua`` publishes a call's tool_call_id on when it seals it,
+    so waiters wake on the seal instead of polling. A channel, not a key: it goes to the
+    script as an ARGV, and it shares the run's hash tag only by name."""
+    return f"{PREFIX}:{{{run_id}}}:sealed"
+
+
 #: SCAN patterns.
 BUDGET_PATTERN = f"{PREFIX}:{{*}}:budget"
 PENDING_PATTERN = f"{PREFIX}:{{*}}:pending"

@@ -7,10 +7,9 @@ which never touches expiry. Every driver error becomes ``StoreUnavailable``/``St
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -18,27 +17,33 @@ import redis.cluster
 from pydantic import ValidationError
 
 from boundary.diagnostics import Diagnostic
-from boundary.errors import ErrorCode, StoreError
+from boundary.errors import ErrorCode
 from boundary.limits import Limits
-from boundary.models import (
-    CanonicalKey,
-    CanonicalRecord,
-    EvidenceStatus,
-    InvocationStatus,
-    RunContext,
-)
+from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, RunContext
 from boundary.store import keys
 from boundary.store._redis_common import load_script
 from boundary.store._redis_common import translated as _translated
 from boundary.store.base import (
     DEFAULT_TTL_S,
+    AsyncStore,
     CanonicalStore,
     CreateResult,
-    CreateStatus,
     OpenRunStatus,
     ProgressEntry,
     RunSummary,
     WriteStatus,
+)
+from boundary.store.codec import (
+    PROGRESS_FIELDS,
+    WRITE_CODES,
+    create_args,
+    create_result,
+    decode_record,
+    ms,
+    progress_entries,
+    progress_member,
+    seal_args,
+    seal_result,
 )
 from boundary.store.redis_runs import RedisRuns
 
@@ -53,116 +58,12 @@ SCAN_COUNT = 1000
 #: Runs summarised per pipeline (``run_summaries``).
 SUMMARY_BATCH = 1000
 
-_WRITE_CODES = {
-    1: WriteStatus.OK,
-    0: WriteStatus.MISSING,
-    -1: WriteStatus.NOT_PROJECTING,
-    -2: WriteStatus.ALREADY_STORED,
-}
-
 RedisClient = redis.Redis | redis.cluster.RedisCluster
-
 
 #: Script sources, read once with the package.
 _CREATE = load_script("create")
 _STORE_RAW = load_script("store_raw")
 _SEAL = load_script("seal")
-
-
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
-
-
-def _from_ms(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
-
-
-#: What a run projection or an outcome reads of a record: everything but the raw response,
-#: which they never use and which may be up to ``max_raw_bytes`` per call.
-_PROGRESS_FIELDS = (
-    "run_id",
-    "tool_call_id",
-    "tool_name",
-    "status",
-    "evidence_status",
-    "request",
-    "agent_result",
-    "scope",
-    "error_code",
-    "seq",
-    "created_at",
-    "updated_at",
-    "deadline",
-    "diagnostic",
-)
-
-
-def _diagnostic(text: str | None) -> Diagnostic | None:
-    """A diagnostic this code did not write is left out: it never decides anything."""
-    if not text:
-        return None
-    try:
-        return Diagnostic.model_validate_json(text)
-    except ValidationError:
-        return None
-
-
-def _decode_record(fields: dict[str, str]) -> CanonicalRecord:
-    try:
-        return CanonicalRecord(
-            run_id=fields["run_id"],
-            tool_call_id=fields["tool_call_id"],
-            tool_name=fields["tool_name"],
-            status=InvocationStatus(fields["status"]),
-            evidence_status=fields.get("evidence_status") or None,
-            request=fields["request"],
-            raw=fields.get("raw"),
-            agent_result=fields.get("agent_result"),
-            scope=fields.get("scope"),
-            error_code=fields.get("error_code") or None,
-            seq=int(fields["seq"]),
-            created_at=_from_ms(fields["created_at"]),
-            updated_at=_from_ms(fields["updated_at"]),
-            deadline=_from_ms(fields.get("deadline")),
-            diagnostic=_diagnostic(fields.get("diagnostic")),
-        )
-    except (KeyError, ValueError, ValidationError):
-        # A record this code did not write: refuse it rather than guess.
-        raise StoreError(ErrorCode.STORE_UNAVAILABLE) from None
-
-
-def _progress_member(member: str, score: float) -> tuple[CanonicalKey | None, int, float]:
-    """``run_id:tool_call_id:expires_at_ms`` as written by ``seal.lua``; a member this code
-    did not write keeps its place (and is counted) but points to no record."""
-    identity, _, expires_ms = member.rpartition(":")
-    try:
-        key: CanonicalKey | None = CanonicalKey.from_identity(identity)
-    except ValidationError:
-        key = None
-    try:
-        expires_at = int(expires_ms) / 1000
-    except ValueError:
-        expires_at = math.inf
-    return key, int(score), expires_at
-
-
-def _entries(
-    parsed: list[tuple[CanonicalKey | None, int, float]], found: dict[str, dict[str, str]]
-) -> list[ProgressEntry]:
-    entries = []
-    for key, seq, expires_at in parsed:
-        fields = found.get(key.identity) if key is not None else None
-        record: CanonicalRecord | None = None
-        unreadable = False
-        if fields:
-            try:
-                record = _decode_record(fields)
-            except StoreError:
-                unreadable = True  # excluded, rather than failing the whole run
-        entries.append(ProgressEntry(key, seq, expires_at, record, unreadable))
-    return entries
 
 
 class RedisCanonicalStore(CanonicalStore):
@@ -230,30 +131,25 @@ class RedisCanonicalStore(CanonicalStore):
         max_run_calls: int | None,
         max_tool_calls: int | None,
     ) -> CreateResult:
-        argv: list[str | int] = [
-            key.run_id,
-            key.tool_call_id,
-            tool_name,
-            request,
-            self._now_ms(),
-            "" if deadline is None else _ms(deadline),
-            int(self.ttl_s * 1000),
-            -1 if max_run_calls is None else max_run_calls,
-            -1 if max_tool_calls is None else max_tool_calls,
-            _ms(reap_at),
-            key.identity,
-        ]
-        run_keys = [keys.record_key(key), keys.budget_key(key.run_id), keys.pending_key(key.run_id)]
+        run_keys, argv = create_args(
+            key,
+            tool_name=tool_name,
+            request=request,
+            deadline=deadline,
+            reap_at=reap_at,
+            max_run_calls=max_run_calls,
+            max_tool_calls=max_tool_calls,
+            now_ms=self._now_ms(),
+            ttl_ms=int(self.ttl_s * 1000),
+        )
         with _translated():
             created, detail = self._create(keys=run_keys, args=argv)
-        if int(created) == 1:
-            return CreateResult(CreateStatus.CREATED, seq=int(detail))
-        return CreateResult(CreateStatus(detail))
+        return create_result(created, detail)
 
     def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
         with _translated():
             code = self._store_raw(keys=[keys.record_key(key)], args=[raw, self._now_ms()])
-        return _WRITE_CODES[int(code)]
+        return WRITE_CODES[int(code)]
 
     def seal(
         self,
@@ -265,30 +161,18 @@ class RedisCanonicalStore(CanonicalStore):
         error_code: ErrorCode | None = None,
         diagnostic: Diagnostic | None = None,
     ) -> WriteStatus:
-        status = InvocationStatus.ERROR if error_code is not None else InvocationStatus.READY
-        run_keys = [
-            keys.record_key(key),
-            keys.progress_key(key.run_id),
-            keys.pending_key(key.run_id),
-            keys.budget_key(key.run_id),
-        ]
-        argv: list[str | int] = [
-            status.value,
-            evidence_status.value,
-            agent_result or "",
-            scope or "",
-            error_code.value if error_code is not None else "",
-            self._now_ms(),
-            key.identity,
-        ]
-        # Last, so the script's other arguments keep their places.
-        argv.append(diagnostic.model_dump_json() if diagnostic is not None else "")
+        run_keys, argv = seal_args(
+            key,
+            evidence_status=evidence_status,
+            agent_result=agent_result,
+            scope=scope,
+            error_code=error_code,
+            diagnostic=diagnostic,
+            now_ms=self._now_ms(),
+        )
         with _translated():
-            code = int(self._seal(keys=run_keys, args=argv))
-        if code == -2:
-            # The combination broke the lifecycle table: a bug in the caller, not bad input.
-            raise ValueError("invalid seal: status, evidence status and error code disagree")
-        return _WRITE_CODES[code]
+            code = self._seal(keys=run_keys, args=argv)
+        return seal_result(code)
 
     def get(self, key: CanonicalKey, *, with_raw: bool = True) -> CanonicalRecord | None:
         with _translated():
@@ -296,10 +180,10 @@ class RedisCanonicalStore(CanonicalStore):
                 fields: dict[str, str] = self.client.hgetall(keys.record_key(key))  # type: ignore[assignment]
             else:
                 values: list[str | None] = self.client.hmget(  # type: ignore[assignment]
-                    keys.record_key(key), _PROGRESS_FIELDS
+                    keys.record_key(key), PROGRESS_FIELDS
                 )
-                fields = {f: v for f, v in zip(_PROGRESS_FIELDS, values, strict=True) if v}
-        return _decode_record(fields) if fields else None
+                fields = {f: v for f, v in zip(PROGRESS_FIELDS, values, strict=True) if v}
+        return decode_record(fields) if fields else None
 
     def ttl_ms(self, key: CanonicalKey) -> int | None:
         with _translated():
@@ -321,7 +205,7 @@ class RedisCanonicalStore(CanonicalStore):
                 pipe.zrange(keys.progress_key(run_id), 0, -1, withscores=True)
             members: list[list[tuple[str, float]]] = pipe.execute()
         parsed = {
-            run_id: [_progress_member(member, score) for member, score in run_members]
+            run_id: [progress_member(member, score) for member, score in run_members]
             for run_id, run_members in zip(unique, members, strict=True)
         }
         # Only a run's own records are read: another run's identity is excluded unread.
@@ -336,20 +220,20 @@ class RedisCanonicalStore(CanonicalStore):
             with _translated():
                 pipe = self.client.pipeline(transaction=False)
                 for own_key in own:
-                    pipe.hmget(keys.record_key(own_key), _PROGRESS_FIELDS)
+                    pipe.hmget(keys.record_key(own_key), PROGRESS_FIELDS)
                 replies = pipe.execute()
         found = {
-            k.identity: {f: v for f, v in zip(_PROGRESS_FIELDS, values, strict=True) if v}
+            k.identity: {f: v for f, v in zip(PROGRESS_FIELDS, values, strict=True) if v}
             for k, values in zip(own, replies, strict=True)
         }
-        return {run_id: _entries(entries, found) for run_id, entries in parsed.items()}
+        return {run_id: progress_entries(entries, found) for run_id, entries in parsed.items()}
 
     def due_pending(self, now: datetime, limit: int = 1000) -> list[CanonicalKey]:
         due: list[CanonicalKey] = []
         with _translated():
             for pending in self.client.scan_iter(match=keys.PENDING_PATTERN, count=SCAN_COUNT):
                 members: list[str] = self.client.zrangebyscore(  # type: ignore[assignment]
-                    pending, "-inf", _ms(now), start=0, num=limit - len(due)
+                    pending, "-inf", ms(now), start=0, num=limit - len(due)
                 )
                 for identity in members:
                     try:
@@ -411,3 +295,14 @@ class RedisCanonicalStore(CanonicalStore):
     def ping(self) -> None:
         with _translated():
             self.client.ping()
+
+    def async_store(self) -> AsyncStore | None:
+        """An asyncio store on the same server and DB (a plain ``redis.Redis`` client only;
+        with a cluster client the async calls run the sync ones on threads)."""
+        if not isinstance(self.client, redis.Redis):
+            return None
+        from boundary.store.aio import AsyncRedisStore
+
+        return AsyncRedisStore.like(
+            self.client, ttl_s=self.ttl_s, limits=self.limits, clock=self._clock
+        )

@@ -9,15 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from boundary import InvocationStatus, RunBoundary, ToolOutcome, canonical_json
-
-#: What a model reads for a call still running when the wait ran out.
-PENDING_TEXT = canonical_json(
-    {
-        "status": "PROJECTING",
-        "message": "The call is still running; its outcome is kept under this tool_call_id.",
-    }
-)
+from boundary import InvocationStatus, RunBoundary, ToolOutcome
+from boundary.models import PENDING_TEXT
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,27 +40,10 @@ def outcome_text(outcome: ToolOutcome | None) -> str:
 
     READY: the evidence status, the bounded result and its scope. ERROR: the stable code, its
     fixed sentence and, for a schema refusal, the schema path; never anything raw. ``None``
-    (still running after the wait): a fixed PROJECTING note.
+    (still running after the wait): a fixed PROJECTING note. It is ``ToolOutcome.as_text``,
+    so every adapter and server gives a model the same text.
     """
-    if outcome is None or outcome.status is InvocationStatus.PROJECTING:
-        return PENDING_TEXT
-    if outcome.status is InvocationStatus.ERROR:
-        error: dict[str, Any] = {
-            "status": "ERROR",
-            "error_code": outcome.error_code.value if outcome.error_code else None,
-            "message": outcome.error_message,
-        }
-        if outcome.error_path is not None:
-            error["error_path"] = outcome.error_path
-        return canonical_json(error)
-    ready: dict[str, Any] = {
-        "status": "READY",
-        "evidence_status": outcome.evidence_status.value,
-        "result": outcome.result,
-    }
-    if outcome.scope is not None:
-        ready["scope"] = outcome.scope
-    return canonical_json(ready)
+    return PENDING_TEXT if outcome is None else outcome.as_text()
 
 
 def run_calls(

@@ -57,7 +57,7 @@ def tool_result(outcome: ToolOutcome, meta: dict[str, Any]) -> types.CallToolRes
     if outcome.status is not InvocationStatus.READY:
         return error_result(outcome.error_code or ErrorCode.TOOL_EXECUTION_FAILED, meta)
     payload = {
-        "evidence_status": outcome.evidence_status.value,
+        "evidence_status": outcome.evidence_status.value if outcome.evidence_status else None,
         "result": outcome.result,
         "scope": outcome.scope,
     }

@@ -63,7 +63,7 @@ def local(redis_client: redis.Redis) -> ToolBoundary:
     """Writes runs quickly: the same tools and store DB as the worker, steps in-process."""
     store = RedisCanonicalStore(client=redis_client, ttl_s=600)
     return ToolBoundary(
-        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
+        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry, inline=True)
     )
 
 

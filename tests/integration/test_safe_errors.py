@@ -215,7 +215,7 @@ def test_store_failing_during_a_call_returns_a_safe_code(
     boundary = ToolBoundary(
         store=store,
         registry=registry,
-        dispatcher=InProcessDispatcher(store, registry),
+        dispatcher=InProcessDispatcher(store, registry, inline=True),
     )
     # When a call is submitted
     submission = boundary.submit(envelope("call_1"), make_run())

@@ -383,7 +383,7 @@ def test_a_wrong_type_at_a_key_is_a_store_error_not_a_driver_error(
     # And through the boundary the agent sees STORE_UNAVAILABLE
     tool, _ = register(registry)
     boundary = ToolBoundary(
-        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
+        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry, inline=True)
     )
     submission = boundary.submit(envelope("call_1"), make_run())
     assert submission.outcome is not None
@@ -440,7 +440,9 @@ def test_submit_on_an_unreachable_store_returns_store_unavailable(
     # Given a boundary on a store that cannot be reached
     tool, projector = register(registry)
     boundary = ToolBoundary(
-        store=unreachable, registry=registry, dispatcher=InProcessDispatcher(unreachable, registry)
+        store=unreachable,
+        registry=registry,
+        dispatcher=InProcessDispatcher(unreachable, registry, inline=True),
     )
     # When a valid call is submitted
     submission = boundary.submit(envelope("call_1"), make_run())

@@ -14,6 +14,8 @@
 -- ARGV[6] = now, epoch ms
 -- ARGV[7] = identity (run_id:tool_call_id)
 -- ARGV[8] = diagnostic (JSON: exception type and frame, never a message), or "" for none
+-- ARGV[9] = channel to announce the seal on (tb:{run}:sealed), or absent/"" for none
+-- ARGV[10] = tool_call_id, the message published on ARGV[9]
 --
 -- Returns 1 sealed; 0 missing or expired; -1 not PROJECTING; -2 status/evidence/code invalid.
 
@@ -68,5 +70,9 @@ if redis.call("EXISTS", KEYS[4]) == 1 then
 end
 if pttl > 0 and redis.call("PTTL", KEYS[2]) < pttl then
   redis.call("PEXPIRE", KEYS[2], pttl)
+end
+-- Last, once the record says READY/ERROR: a waiter woken by this reads the sealed record.
+if ARGV[9] and ARGV[9] ~= "" then
+  redis.call("PUBLISH", ARGV[9], ARGV[10])
 end
 return 1

@@ -1,0 +1,220 @@
+"""The store's asyncio side, on ``redis.asyncio``: what ``ToolBoundary``'s async calls need
+(create, seal an error, read a record, read a run's progress, watch a call's seal).
+
+Same scripts, keys and decoding as ``RedisCanonicalStore`` (``codec``); the same driver
+error translation. Made from a sync store's connection settings, one per event loop
+(``redis.asyncio`` connections belong to the loop that opened them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+import redis.asyncio.connection as aconnection
+import redis.connection
+
+from boundary.errors import ErrorCode
+from boundary.limits import Limits
+from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus
+from boundary.store import keys
+from boundary.store._redis_common import load_script
+from boundary.store._redis_common import translated as _translated
+from boundary.store.base import CreateResult, ProgressEntry, WriteStatus
+from boundary.store.codec import (
+    PROGRESS_FIELDS,
+    create_args,
+    create_result,
+    decode_record,
+    found_fields,
+    parse_progress,
+    progress_entries,
+    seal_args,
+    seal_result,
+)
+from boundary.store.notify import SealNotifier, Watch
+
+#: The name the notifier's Pub/Sub connection gives itself (``CLIENT LIST`` shows it).
+NOTIFY_CLIENT_NAME = "tool-boundary-seals"
+
+#: Script sources, read once with the package.
+_CREATE = load_script("create")
+_SEAL = load_script("seal")
+
+#: Connections of the asyncio pool at most; more concurrent callers wait for one.
+DEFAULT_MAX_CONNECTIONS = 100
+
+#: Connection settings carried over from a sync client (others are sync-only internals).
+_CARRIED = (
+    "host",
+    "port",
+    "path",
+    "db",
+    "username",
+    "password",
+    "credential_provider",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "encoding",
+    "encoding_errors",
+    "client_name",
+    "protocol",
+)
+
+
+def async_settings(pool: redis.ConnectionPool) -> tuple[type[Any], dict[str, Any]]:
+    """The ``redis.asyncio`` connection class and settings equivalent to a sync pool's."""
+    sync_kwargs = pool.connection_kwargs
+    settings = {name: sync_kwargs[name] for name in _CARRIED if name in sync_kwargs}
+    settings.update({k: v for k, v in sync_kwargs.items() if k.startswith("ssl_")})
+    settings["decode_responses"] = True
+    if "path" in settings:
+        return aconnection.UnixDomainSocketConnection, settings
+    if issubclass(pool.connection_class, redis.connection.SSLConnection):
+        return aconnection.SSLConnection, settings
+    return aconnection.Connection, settings
+
+
+class AsyncRedisStore:
+    """The asyncio twin of ``RedisCanonicalStore`` for one event loop.
+
+    Args:
+        connection_class: a ``redis.asyncio`` connection class.
+        settings: its keyword arguments (host, port, db, timeouts...).
+        ttl_s: record TTL, set once at create.
+        limits: byte limits.
+        max_connections: connections of its pool; more concurrent callers wait for one.
+        clock: epoch seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        connection_class: type[Any],
+        settings: dict[str, Any],
+        ttl_s: float,
+        limits: Limits,
+        max_connections: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.limits = limits
+        self._clock = clock
+        pool = aredis.BlockingConnectionPool(
+            connection_class=connection_class,
+            max_connections=max_connections,
+            timeout=settings.get("socket_timeout") or None,
+            **settings,
+        )
+        self.client = aredis.Redis(connection_pool=pool)
+        self._create = self.client.register_script(_CREATE)
+        self._seal = self.client.register_script(_SEAL)
+
+        def connect() -> Any:
+            # No socket timeout: reads wait for messages without end, and sends then skip
+            # redis-py's ``asyncio.wait_for``, which on Python 3.11 can swallow a cancel.
+            options = {**settings, "client_name": NOTIFY_CLIENT_NAME, "socket_timeout": None}
+            return connection_class(**options)
+
+        self.notifier = SealNotifier(connect)
+
+    @classmethod
+    def like(
+        cls,
+        client: redis.Redis,
+        *,
+        ttl_s: float,
+        limits: Limits,
+        clock: Callable[[], float] = time.time,
+    ) -> AsyncRedisStore:
+        """An asyncio store on the same server, DB and credentials as a sync ``client``."""
+        pool = client.connection_pool
+        connection_class, settings = async_settings(pool)
+        most = getattr(pool, "max_connections", None) or DEFAULT_MAX_CONNECTIONS
+        return cls(
+            connection_class=connection_class,
+            settings=settings,
+            ttl_s=ttl_s,
+            limits=limits,
+            max_connections=min(most, DEFAULT_MAX_CONNECTIONS),
+            clock=clock,
+        )
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    async def create(
+        self,
+        key: CanonicalKey,
+        *,
+        tool_name: str,
+        request: str,
+        deadline: datetime | None,
+        reap_at: datetime,
+        max_run_calls: int | None,
+        max_tool_calls: int | None,
+    ) -> CreateResult:
+        run_keys, argv = create_args(
+            key,
+            tool_name=tool_name,
+            request=request,
+            deadline=deadline,
+            reap_at=reap_at,
+            max_run_calls=max_run_calls,
+            max_tool_calls=max_tool_calls,
+            now_ms=self._now_ms(),
+            ttl_ms=int(self.ttl_s * 1000),
+        )
+        with _translated():
+            created, detail = await self._create(keys=run_keys, args=argv)
+        return create_result(created, detail)
+
+    async def seal_error(self, key: CanonicalKey, code: ErrorCode) -> WriteStatus:
+        run_keys, argv = seal_args(
+            key,
+            evidence_status=EvidenceStatus.ERROR,
+            agent_result=None,
+            scope=None,
+            error_code=code,
+            diagnostic=None,
+            now_ms=self._now_ms(),
+        )
+        with _translated():
+            reply = await self._seal(keys=run_keys, args=argv)
+        return seal_result(reply)
+
+    async def get(self, key: CanonicalKey) -> CanonicalRecord | None:
+        """The record without its raw response, or ``None`` when missing or expired."""
+        with _translated():
+            values: list[str | None] = await self.client.hmget(  # type: ignore[assignment]
+                keys.record_key(key), PROGRESS_FIELDS
+            )
+        fields = {f: v for f, v in zip(PROGRESS_FIELDS, values, strict=True) if v}
+        return decode_record(fields) if fields else None
+
+    async def progress(self, run_id: str) -> list[ProgressEntry]:
+        with _translated():
+            members: list[tuple[str, float]] = await self.client.zrange(  # type: ignore[assignment]
+                keys.progress_key(run_id), 0, -1, withscores=True
+            )
+        parsed, own = parse_progress(members, run_id)
+        replies: list[list[str | None]] = []
+        if own:
+            with _translated():
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for own_key in own:
+                        pipe.hmget(keys.record_key(own_key), PROGRESS_FIELDS)
+                    replies = await pipe.execute()
+        return progress_entries(parsed, found_fields(own, replies))
+
+    def watch(self, key: CanonicalKey) -> Watch:
+        """A watch on the call's seal; ``attach`` it before reading the record."""
+        return Watch(self.notifier, keys.sealed_channel(key.run_id), key.tool_call_id)
+
+    async def aclose(self) -> None:
+        await self.notifier.aclose()
+        await self.client.aclose()

@@ -1,0 +1,217 @@
+"""What the Redis stores (sync and asyncio) send and read back, without a driver: the Lua
+scripts' KEYS/ARGV and replies, record decoding, progress parsing."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from boundary.diagnostics import Diagnostic
+from boundary.errors import ErrorCode, StoreError
+from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, InvocationStatus
+from boundary.store import keys
+from boundary.store.base import CreateResult, CreateStatus, ProgressEntry, WriteStatus
+
+WRITE_CODES = {
+    1: WriteStatus.OK,
+    0: WriteStatus.MISSING,
+    -1: WriteStatus.NOT_PROJECTING,
+    -2: WriteStatus.ALREADY_STORED,
+}
+
+
+def ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _from_ms(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+
+
+#: What a run projection or an outcome reads of a record: everything but the raw response,
+#: which they never use and which may be up to ``max_raw_bytes`` per call.
+PROGRESS_FIELDS = (
+    "run_id",
+    "tool_call_id",
+    "tool_name",
+    "status",
+    "evidence_status",
+    "request",
+    "agent_result",
+    "scope",
+    "error_code",
+    "seq",
+    "created_at",
+    "updated_at",
+    "deadline",
+    "diagnostic",
+)
+
+
+def _diagnostic(text: str | None) -> Diagnostic | None:
+    """A diagnostic this code did not write is left out: it never decides anything."""
+    if not text:
+        return None
+    try:
+        return Diagnostic.model_validate_json(text)
+    except ValidationError:
+        return None
+
+
+def decode_record(fields: dict[str, str]) -> CanonicalRecord:
+    try:
+        return CanonicalRecord(
+            run_id=fields["run_id"],
+            tool_call_id=fields["tool_call_id"],
+            tool_name=fields["tool_name"],
+            status=InvocationStatus(fields["status"]),
+            evidence_status=fields.get("evidence_status") or None,
+            request=fields["request"],
+            raw=fields.get("raw"),
+            agent_result=fields.get("agent_result"),
+            scope=fields.get("scope"),
+            error_code=fields.get("error_code") or None,
+            seq=int(fields["seq"]),
+            created_at=_from_ms(fields["created_at"]),
+            updated_at=_from_ms(fields["updated_at"]),
+            deadline=_from_ms(fields.get("deadline")),
+            diagnostic=_diagnostic(fields.get("diagnostic")),
+        )
+    except (KeyError, ValueError, ValidationError):
+        # A record this code did not write: refuse it rather than guess.
+        raise StoreError(ErrorCode.STORE_UNAVAILABLE) from None
+
+
+def progress_member(member: str, score: float) -> tuple[CanonicalKey | None, int, float]:
+    """``run_id:tool_call_id:expires_at_ms`` as written by ``seal.lua``; a member this code
+    did not write keeps its place (and is counted) but points to no record."""
+    identity, _, expires_ms = member.rpartition(":")
+    try:
+        key: CanonicalKey | None = CanonicalKey.from_identity(identity)
+    except ValidationError:
+        key = None
+    try:
+        expires_at = int(expires_ms) / 1000
+    except ValueError:
+        expires_at = math.inf
+    return key, int(score), expires_at
+
+
+def progress_entries(
+    parsed: list[tuple[CanonicalKey | None, int, float]], found: dict[str, dict[str, str]]
+) -> list[ProgressEntry]:
+    entries = []
+    for key, seq, expires_at in parsed:
+        fields = found.get(key.identity) if key is not None else None
+        record: CanonicalRecord | None = None
+        unreadable = False
+        if fields:
+            try:
+                record = decode_record(fields)
+            except StoreError:
+                unreadable = True  # excluded, rather than failing the whole run
+        entries.append(ProgressEntry(key, seq, expires_at, record, unreadable))
+    return entries
+
+
+def parse_progress(
+    members: list[tuple[str, float]], run_id: str
+) -> tuple[list[tuple[CanonicalKey | None, int, float]], list[CanonicalKey]]:
+    """A run's progress members parsed, and the keys of its own records to read: another
+    run's identity is excluded unread."""
+    parsed = [progress_member(member, score) for member, score in members]
+    own = [key for key, _, _ in parsed if key is not None and key.run_id == run_id]
+    return parsed, own
+
+
+def found_fields(
+    own: list[CanonicalKey], replies: list[list[str | None]]
+) -> dict[str, dict[str, str]]:
+    """HMGET replies of ``PROGRESS_FIELDS`` by identity, empty fields left out."""
+    return {
+        k.identity: {f: v for f, v in zip(PROGRESS_FIELDS, values, strict=True) if v}
+        for k, values in zip(own, replies, strict=True)
+    }
+
+
+def create_args(
+    key: CanonicalKey,
+    *,
+    tool_name: str,
+    request: str,
+    deadline: datetime | None,
+    reap_at: datetime,
+    max_run_calls: int | None,
+    max_tool_calls: int | None,
+    now_ms: int,
+    ttl_ms: int,
+) -> tuple[list[str], list[str | int]]:
+    """KEYS and ARGV of ``create.lua``."""
+    argv: list[str | int] = [
+        key.run_id,
+        key.tool_call_id,
+        tool_name,
+        request,
+        now_ms,
+        "" if deadline is None else ms(deadline),
+        ttl_ms,
+        -1 if max_run_calls is None else max_run_calls,
+        -1 if max_tool_calls is None else max_tool_calls,
+        ms(reap_at),
+        key.identity,
+    ]
+    run_keys = [keys.record_key(key), keys.budget_key(key.run_id), keys.pending_key(key.run_id)]
+    return run_keys, argv
+
+
+def create_result(created: Any, detail: Any) -> CreateResult:
+    """``create.lua``'s reply as a result."""
+    if int(created) == 1:
+        return CreateResult(CreateStatus.CREATED, seq=int(detail))
+    return CreateResult(CreateStatus(detail))
+
+
+def seal_args(
+    key: CanonicalKey,
+    *,
+    evidence_status: EvidenceStatus,
+    agent_result: str | None,
+    scope: str | None,
+    error_code: ErrorCode | None,
+    diagnostic: Diagnostic | None,
+    now_ms: int,
+) -> tuple[list[str], list[str | int]]:
+    """KEYS and ARGV of ``seal.lua``; the seal is announced on the run's sealed channel."""
+    status = InvocationStatus.ERROR if error_code is not None else InvocationStatus.READY
+    run_keys = [
+        keys.record_key(key),
+        keys.progress_key(key.run_id),
+        keys.pending_key(key.run_id),
+        keys.budget_key(key.run_id),
+    ]
+    argv: list[str | int] = [
+        status.value,
+        evidence_status.value,
+        agent_result or "",
+        scope or "",
+        error_code.value if error_code is not None else "",
+        now_ms,
+        key.identity,
+        diagnostic.model_dump_json() if diagnostic is not None else "",
+        keys.sealed_channel(key.run_id),
+        key.tool_call_id,
+    ]
+    return run_keys, argv
+
+
+def seal_result(code: Any) -> WriteStatus:
+    """``seal.lua``'s reply as a write status."""
+    if int(code) == -2:
+        # The combination broke the lifecycle table: a bug in the caller, not bad input.
+        raise ValueError("invalid seal: status, evidence status and error code disagree")
+    return WRITE_CODES[int(code)]

@@ -1,0 +1,214 @@
+"""The async boundary (``asubmit``, ``ainvoke``, ``aoutcome``, ``aobserve``) on real Redis,
+with the in-process dispatcher running calls on background threads; the outcome's new
+properties and its text for a model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+import redis
+
+from boundary import (
+    ErrorCode,
+    EvidenceStatus,
+    InProcessDispatcher,
+    InvocationStatus,
+    RedisCanonicalStore,
+    ToolBoundary,
+    ToolOutcome,
+    ToolRegistry,
+)
+from boundary.errors import RETRYABLE_CODES
+from boundary.models import PENDING_TEXT
+from boundary.store import keys
+from tests.helpers import RUN_ID, FakeTool, envelope, key_of, make_run, register
+
+T = TypeVar("T")
+
+
+def run_async(boundary: ToolBoundary, body: Callable[[], Awaitable[T]]) -> T:
+    """Runs ``body`` on a fresh event loop and closes the boundary's async connections."""
+
+    async def main() -> T:
+        try:
+            return await body()
+        finally:
+            await boundary.aclose()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def background(store: RedisCanonicalStore, registry: ToolRegistry) -> ToolBoundary:
+    """A boundary whose in-process dispatcher runs each call on a background thread."""
+    return ToolBoundary(
+        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
+    )
+
+
+def test_ainvoke_returns_the_same_outcome_as_invoke(
+    background: ToolBoundary, registry: ToolRegistry
+) -> None:
+    # Given a tool
+    register(registry)
+    # When one call goes through ainvoke and another through invoke
+    got = run_async(background, lambda: background.ainvoke(envelope("a"), make_run(), timeout=5))
+    sync = background.invoke(envelope("b"), make_run(), timeout=5)
+    # Then both are READY with the same bounded result
+    assert got.status is InvocationStatus.READY
+    assert got.model_dump(exclude={"tool_call_id"}) == sync.model_dump(exclude={"tool_call_id"})
+    assert got.tool_call_id == "a"
+    assert not got.is_error and not got.pending
+
+
+def test_asubmit_then_aoutcome_reads_the_sealed_record(
+    background: ToolBoundary, registry: ToolRegistry
+) -> None:
+    register(registry)
+
+    async def body() -> tuple[Any, ToolOutcome]:
+        submission = await background.asubmit(envelope("call_1"), make_run())
+        return submission, await background.aoutcome(RUN_ID, "call_1", timeout=5)
+
+    submission, outcome = run_async(background, body)
+    assert submission.accepted and submission.key == key_of("call_1")
+    assert outcome.status is InvocationStatus.READY
+    assert outcome.evidence_status is EvidenceStatus.EVIDENCE_FOUND
+
+
+def test_async_rejections_and_unknown_calls_answer_at_once(
+    background: ToolBoundary, registry: ToolRegistry, redis_client: redis.Redis
+) -> None:
+    register(registry)
+
+    async def body() -> list[ToolOutcome]:
+        rejected = await background.ainvoke(envelope("x", run_id="run-2"), make_run(), timeout=5)
+        unknown = await background.aoutcome(RUN_ID, "never-made", timeout=5)
+        unsafe = await background.aoutcome(RUN_ID, "bad id{", timeout=5)
+        return [rejected, unknown, unsafe]
+
+    rejected, unknown, unsafe = run_async(background, body)
+    assert rejected == ToolOutcome.error("x", ErrorCode.RUN_ID_MISMATCH)
+    assert unknown == ToolOutcome.error("never-made", ErrorCode.RECORD_NOT_FOUND)
+    assert unsafe == ToolOutcome.error(None, ErrorCode.RECORD_NOT_FOUND)
+    assert all(o.is_error for o in (rejected, unknown, unsafe))
+    assert not redis_client.exists(keys.record_key(key_of("x", "run-2")))
+
+
+def test_a_wait_that_runs_out_is_pending_and_a_later_aoutcome_is_ready(
+    background: ToolBoundary, registry: ToolRegistry
+) -> None:
+    # Given a tool that runs until released
+    release = threading.Event()
+    register(registry, FakeTool(during=lambda arguments: release.wait(10)))
+
+    async def body() -> tuple[ToolOutcome, ToolOutcome]:
+        # When ainvoke's timeout runs out while it still runs
+        pending = await background.ainvoke(envelope("call_1"), make_run(), timeout=0.2)
+        release.set()
+        # And the same ids are asked for again
+        return pending, await background.aoutcome(RUN_ID, "call_1", timeout=10)
+
+    pending, later = run_async(background, body)
+    # Then the first answer is the call's real state, not an exception
+    assert pending == ToolOutcome.running("call_1")
+    assert pending.pending and not pending.is_error
+    assert (pending.error_code, pending.result, pending.evidence_status) == (None, None, None)
+    # And the later one is READY for the same ids
+    assert later.status is InvocationStatus.READY
+    assert later.tool_call_id == "call_1"
+
+
+def test_sync_outcome_and_invoke_return_pending_instead_of_raising(
+    background: ToolBoundary, registry: ToolRegistry
+) -> None:
+    release = threading.Event()
+    register(registry, FakeTool(during=lambda arguments: release.wait(10)))
+    try:
+        assert background.invoke(envelope("call_1"), make_run(), timeout=0.1).pending
+        assert background.outcome(RUN_ID, "call_1", timeout=0.1).pending
+    finally:
+        release.set()
+    assert background.outcome(RUN_ID, "call_1", timeout=10).status is InvocationStatus.READY
+
+
+def test_aobserve_gives_the_same_facts_as_observe(
+    background: ToolBoundary, registry: ToolRegistry
+) -> None:
+    register(registry)
+    run = make_run()
+    for call_id in ("c1", "c2"):
+        assert background.invoke(envelope(call_id), run, timeout=5).status == "READY"
+    facts = run_async(background, lambda: background.aobserve(run))
+    assert facts == background.observe(run)
+    assert [f.tool_call_id for f in facts.facts] == ["c1", "c2"]
+
+
+def test_async_calls_on_an_unreachable_store_return_store_unavailable(
+    registry: ToolRegistry,
+) -> None:
+    store = RedisCanonicalStore.from_url("redis://:hunter2@127.0.0.1:1/0")
+    boundary = ToolBoundary(
+        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
+    )
+    register(registry)
+
+    async def body() -> list[ToolOutcome | None]:
+        submitted = await boundary.asubmit(envelope("call_1"), make_run())
+        waited = await boundary.aoutcome(RUN_ID, "call_1", timeout=1)
+        return [submitted.outcome, waited]
+
+    for outcome in run_async(boundary, body):
+        assert outcome is not None
+        assert outcome.error_code is ErrorCode.STORE_UNAVAILABLE
+        assert "hunter2" not in outcome.model_dump_json()
+
+
+# --- the outcome's properties and its one text for a model ------------------------------
+
+
+def test_retryable_codes_are_the_infrastructure_and_time_failures() -> None:
+    assert {code for code in ErrorCode if code.retryable} == RETRYABLE_CODES
+    assert {
+        ErrorCode.STORE_UNAVAILABLE,
+        ErrorCode.DISPATCH_FAILED,
+        ErrorCode.TOOL_TIMEOUT,
+        ErrorCode.WORKER_LOST,
+    } == RETRYABLE_CODES
+    assert not ErrorCode.DUPLICATE_TOOL_CALL.retryable
+
+
+def test_outcome_text_for_a_model_is_stable_and_holds_nothing_else() -> None:
+    ready = ToolOutcome(
+        tool_call_id="c1",
+        status=InvocationStatus.READY,
+        evidence_status=EvidenceStatus.EVIDENCE_FOUND,
+        result={"b": 1, "a": "é"},
+        scope={"query": "q"},
+    )
+    assert ready.as_text() == (
+        '{"evidence_status":"EVIDENCE_FOUND","result":{"a":"é","b":1},'
+        '"scope":{"query":"q"},"status":"READY"}'
+    )
+    error = ToolOutcome.error("c1", ErrorCode.TOOL_TIMEOUT)
+    assert json.loads(error.as_text()) == {
+        "status": "ERROR",
+        "error_code": "TOOL_TIMEOUT",
+        "message": ErrorCode.TOOL_TIMEOUT.message,
+    }
+    pending = ToolOutcome.running("c1")
+    assert pending.as_text() == PENDING_TEXT
+    assert json.loads(PENDING_TEXT) == {
+        "status": "PROJECTING",
+        "message": "The call is still running; ask again for this tool_call_id.",
+    }
+    # the same outcome, the same text (also after a JSON round trip)
+    for outcome in (ready, error, pending):
+        again = ToolOutcome.model_validate_json(outcome.model_dump_json())
+        assert again == outcome
+        assert again.as_text() == outcome.as_text()
