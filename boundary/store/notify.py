@@ -184,11 +184,15 @@ class SealNotifier:
         if self._outbox_ready is not None:
             self._outbox_ready.set()  # the old writer sees the connection gone and returns
         tasks, self._tasks = self._tasks, []
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # the loop is gone (closed without ``aclose``): so is everything on it
         current = asyncio.current_task()
         for task in tasks:
             if task is not current:
                 task.cancel()
-        self._closing = asyncio.get_running_loop().create_task(_disconnect(conn))
+        self._closing = loop.create_task(_disconnect(conn))
 
     async def aclose(self) -> None:
         """Stops the reader and writer and closes the connection."""
