@@ -11,6 +11,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from boundary import CanonicalKey, DispatchError
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
+from tasks.publisher import publisher_app
 
 #: Longest step between two looks at a result on a backend that does not push results.
 POLL_S = 0.05
@@ -50,6 +51,8 @@ class CeleryDispatcher:
 
             app = default_app
         self.app = app
+        #: Sends with a publish timeout; ``app`` keeps the waits (its result backend).
+        self.publisher = publisher_app(app)
 
     def dispatch(self, key: CanonicalKey) -> None:
         """Sends the execute task with the project step riding in its ``chain`` option.
@@ -76,7 +79,7 @@ class CeleryDispatcher:
             "immutable": True,
         }
         try:
-            self.app.send_task(
+            self.publisher.send_task(
                 EXECUTE,
                 args=ids,
                 task_id=execute_id,
@@ -96,7 +99,7 @@ class CeleryDispatcher:
         """Revokes both steps of a cancelled call: a worker drops them unstarted. A step that
         already runs is not terminated (its record is sealed, so its return changes nothing)."""
         try:
-            self.app.control.revoke([key.task_id("execute"), key.task_id("project")])
+            self.publisher.control.revoke([key.task_id("execute"), key.task_id("project")])
         except Exception:
             raise DispatchError() from None
 
