@@ -50,11 +50,12 @@ class RunBoundary:
     ) -> ToolCallEnvelope:
         """The call as the boundary takes it; ``arguments`` is JSON text, bytes or a dict.
 
-        A missing id or name is handed over as such: preflight refuses it with its code."""
+        A missing id or name, or one that is not a string (a framework's int id), is handed
+        over as missing: preflight refuses it with its code instead of this raising."""
         return ToolCallEnvelope(
             run_id=self.run.run_id,
-            tool_call_id=tool_call_id,
-            tool_name=tool_name,
+            tool_call_id=tool_call_id if isinstance(tool_call_id, str) else None,
+            tool_name=tool_name if isinstance(tool_name, str) else None,
             arguments=arguments,
         )
 

@@ -142,3 +142,20 @@ def test_acall_leaves_the_event_loop_free(redis_client: redis.Redis) -> None:
     # Then the other coroutine ran while the tool waited (a blocked loop never releases it)
     assert release.is_set()
     assert outcome.status is InvocationStatus.READY
+
+
+def test_an_id_or_name_that_is_not_a_string_is_refused_not_raised(
+    redis_client: redis.Redis,
+) -> None:
+    registry = ToolRegistry()
+    tool = FakeTool()
+    declare(registry, tool)
+    boundary, _ = make_boundary(redis_client, registry)
+    handle = boundary.for_run(make_run())
+
+    by_int_id = handle.call(17, TOOL, {"query": "x"})  # type: ignore[arg-type]
+    by_int_name = handle.call("call_1", 17, {"query": "x"})  # type: ignore[arg-type]
+
+    assert by_int_id == ToolOutcome.error(None, ErrorCode.INVALID_TOOL_CALL_ID)
+    assert by_int_name == ToolOutcome.error("call_1", ErrorCode.UNKNOWN_TOOL)
+    assert tool.calls.value == 0
