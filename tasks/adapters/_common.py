@@ -9,8 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from boundary import InvocationStatus, RunBoundary, ToolOutcome
-from boundary.models import PENDING_TEXT
+from boundary import RunBoundary, ToolOutcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,57 +29,38 @@ def field(item: Any, name: str) -> Any:
     return getattr(item, name, None)
 
 
-def is_error(outcome: ToolOutcome | None) -> bool:
-    """True for an ERROR outcome (a pending one is not an error: the call may yet succeed)."""
-    return outcome is not None and outcome.status is InvocationStatus.ERROR
-
-
-def outcome_text(outcome: ToolOutcome | None) -> str:
-    """The text a model reads for an outcome, as canonical JSON.
-
-    READY: the evidence status, the bounded result and its scope. ERROR: the stable code, its
-    fixed sentence and, for a schema refusal, the schema path; never anything raw. ``None``
-    (still running after the wait): a fixed PROJECTING note. It is ``ToolOutcome.as_text``,
-    so every adapter and server gives a model the same text.
-    """
-    return PENDING_TEXT if outcome is None else outcome.as_text()
+def outcome_text(outcome: ToolOutcome) -> str:
+    """The text a model reads for an outcome: ``ToolOutcome.as_text`` (canonical JSON), so
+    every adapter and server gives a model the same text."""
+    return outcome.as_text()
 
 
 def run_calls(
     handle: RunBoundary, calls: Sequence[Call], timeout: float | None = None
-) -> list[ToolOutcome | None]:
+) -> list[ToolOutcome]:
     """Runs a model turn's calls side by side: submits them all, then waits for each within
-    one shared ``timeout``. ``None`` for a call still running when the time is up."""
+    one shared ``timeout`` (a call still running then is a PROJECTING outcome)."""
     submissions = [handle.submit(c.tool_call_id, c.tool_name, c.arguments) for c in calls]
     give_up = time.monotonic() + (handle.timeout if timeout is None else timeout)
-    outcomes: list[ToolOutcome | None] = []
+    outcomes: list[ToolOutcome] = []
     for call, submission in zip(calls, submissions, strict=True):
-        if submission.outcome is not None or submission.key is None:
+        if submission.outcome is not None:
             outcomes.append(submission.outcome)
             continue
         left = max(give_up - time.monotonic(), 0.0)
-        outcomes.append(_settled(handle, call.tool_call_id or "", left))
+        outcomes.append(handle.outcome(call.tool_call_id or "", timeout=left))
     return outcomes
 
 
 async def arun_calls(
     handle: RunBoundary, calls: Sequence[Call], timeout: float | None = None
-) -> list[ToolOutcome | None]:
+) -> list[ToolOutcome]:
     """``run_calls`` for an event loop: the calls run concurrently, the loop stays free."""
-    return list(await asyncio.gather(*(_acall(handle, call, timeout) for call in calls)))
-
-
-async def _acall(handle: RunBoundary, call: Call, timeout: float | None) -> ToolOutcome | None:
-    try:
-        return await handle.acall(
-            call.tool_call_id, call.tool_name, call.arguments, timeout=timeout
+    return list(
+        await asyncio.gather(
+            *(
+                handle.acall(c.tool_call_id, c.tool_name, c.arguments, timeout=timeout)
+                for c in calls
+            )
         )
-    except TimeoutError:
-        return None
-
-
-def _settled(handle: RunBoundary, tool_call_id: str, timeout: float) -> ToolOutcome | None:
-    try:
-        return handle.outcome(tool_call_id, timeout=timeout)
-    except TimeoutError:
-        return None
+    )

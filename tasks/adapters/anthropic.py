@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from boundary import RunBoundary, ToolOutcome
-from tasks.adapters._common import Call, arun_calls, field, is_error, outcome_text, run_calls
+from tasks.adapters._common import Call, arun_calls, field, outcome_text, run_calls
 
 
 def anthropic_tools(handle: RunBoundary) -> list[dict[str, Any]]:
@@ -34,7 +34,7 @@ def _tool_uses(message: Any) -> list[Call]:
     ]
 
 
-def _results(calls: list[Call], outcomes: list[ToolOutcome | None]) -> dict[str, Any]:
+def _results(calls: list[Call], outcomes: list[ToolOutcome]) -> dict[str, Any]:
     return {
         "role": "user",
         "content": [
@@ -42,7 +42,7 @@ def _results(calls: list[Call], outcomes: list[ToolOutcome | None]) -> dict[str,
                 "type": "tool_result",
                 "tool_use_id": call.tool_call_id,
                 "content": outcome_text(outcome),
-                "is_error": is_error(outcome),
+                "is_error": outcome.is_error,
             }
             for call, outcome in zip(calls, outcomes, strict=True)
         ],

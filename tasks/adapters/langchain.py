@@ -24,7 +24,7 @@ from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, SkipValidation
 
 from boundary import InvocationStatus, RunBoundary, ToolOutcome
-from tasks.adapters._common import Call, arun_calls, is_error, outcome_text, run_calls
+from tasks.adapters._common import Call, arun_calls, outcome_text, run_calls
 
 
 class BoundaryTool(BaseTool):
@@ -66,17 +66,17 @@ class BoundaryTool(BaseTool):
             return Call(value.get("id"), self.name, value.get("args"))
         return Call(None, self.name, value)
 
-    def _answer(self, call: Call, outcome: ToolOutcome | None) -> ToolMessage | str:
+    def _answer(self, call: Call, outcome: ToolOutcome) -> ToolMessage | str:
         text = outcome_text(outcome)
         if call.tool_call_id is None:
             return text
-        ready = outcome is not None and outcome.status is InvocationStatus.READY
+        ready = outcome.status is InvocationStatus.READY
         reference = {"run_id": self.handle.run_id, "tool_call_id": call.tool_call_id}
         return ToolMessage(
             content=text,
             tool_call_id=call.tool_call_id,
             name=self.name,
-            status="error" if is_error(outcome) else "success",
+            status="error" if outcome.is_error else "success",
             artifact=reference if ready else None,
         )
 

@@ -25,22 +25,12 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from boundary import ErrorCode, RunBoundary, ToolOutcome
-from tasks.adapters._common import Call, arun_calls, is_error, outcome_text
+from tasks.adapters._common import Call, arun_calls, outcome_text
 
 #: Arguments pass through as given: the boundary validates them.
 _ANY_ARGUMENTS = SchemaValidator(core_schema.any_schema())
 #: How often the model may retry a call that ended in a retryable error, per tool.
 DEFAULT_MAX_RETRIES = 2
-#: Codes after which a new call may succeed: the model is asked to retry (ModelRetry).
-RETRY_CODES: frozenset[ErrorCode] = frozenset(
-    {
-        ErrorCode.INVALID_ARGUMENTS,
-        ErrorCode.STORE_UNAVAILABLE,
-        ErrorCode.DISPATCH_FAILED,
-        ErrorCode.TOOL_TIMEOUT,
-        ErrorCode.WORKER_LOST,
-    }
-)
 
 
 class BoundaryToolset(AbstractToolset[Any]):
@@ -87,11 +77,14 @@ class BoundaryToolset(AbstractToolset[Any]):
         return answer(outcome)
 
 
-def answer(outcome: ToolOutcome | None) -> str:
-    """The text of a READY (or still running) outcome; an ERROR raises."""
+def answer(outcome: ToolOutcome) -> str:
+    """The text of a READY (or still running) outcome. An ERROR raises ``ModelRetry`` when a
+    new call may succeed (INVALID_ARGUMENTS, or a code that is ``retryable``), else
+    ``ToolFailed``."""
     text = outcome_text(outcome)
-    if outcome is not None and is_error(outcome):
-        if outcome.error_code in RETRY_CODES:
+    if outcome.is_error:
+        code = outcome.error_code
+        if code is ErrorCode.INVALID_ARGUMENTS or (code is not None and code.retryable):
             raise ModelRetry(text)
         raise ToolFailed(text)
     return text

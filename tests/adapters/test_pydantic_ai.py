@@ -10,17 +10,18 @@ from typing import Any
 
 import pytest
 
-from boundary import RunBoundary
+from boundary import ErrorCode, RunBoundary, ToolOutcome
 from tests.adapters.conftest import Gate
 from tests.celery_tools import FIND_SCHEMA, SECRET
 
 pytest.importorskip("pydantic_ai")
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from tasks.adapters.pydantic_ai import BoundaryToolset
+from tasks.adapters.pydantic_ai import BoundaryToolset, answer
 
 RAW_ONLY = "timeouts 0"
 
@@ -102,3 +103,22 @@ def test_async_run_leaves_the_event_loop_free(handle: RunBoundary, gate: Gate) -
 
     (answer,) = returns(result.all_messages())
     assert json.loads(answer.content)["result"]["first"] == "opened"
+
+
+@pytest.mark.parametrize("code", list(ErrorCode))
+def test_every_error_code_is_mapped_to_a_retry_or_a_terminal_failure(code: ErrorCode) -> None:
+    # A new call may succeed after bad arguments or a retryable failure: ModelRetry.
+    expected = ModelRetry if code is ErrorCode.INVALID_ARGUMENTS or code.retryable else ToolFailed
+
+    with pytest.raises(expected) as raised:
+        answer(ToolOutcome.error("pyd_1", code))
+
+    assert json.loads(raised.value.message) == {
+        "status": "ERROR",
+        "error_code": code.value,
+        "message": code.message,
+    }
+
+
+def test_a_call_still_running_is_answered_not_raised() -> None:
+    assert json.loads(answer(ToolOutcome.running("pyd_1")))["status"] == "PROJECTING"
