@@ -1,8 +1,8 @@
 """The MCP server's one seam to the boundary: every call it makes, awaitable.
 
-The boundary's API is synchronous; each call runs in a worker thread so the event loop never
-blocks, and no thread is held for a wait: a waited-for call's record is read again and again
-between async sleeps, so a cancelled request (client gone, server stopping) stops at once.
+Submits and waits use the boundary's asyncio calls (a wait wakes on the call's seal); the
+few synchronous calls left (run lookup, cancel, a task's record and TTL) are short and run on
+a worker thread, so the event loop never blocks.
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ from boundary import (
     ToolOutcome,
 )
 from boundary.steps import outcome_from_record
-
-#: First and longest pause between two reads of a waited-for record, seconds.
-FIRST_POLL_S = 0.02
-MAX_POLL_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,34 +58,13 @@ class BoundaryCalls:
         return run if run is not None else ErrorCode.RUN_NOT_FOUND
 
     async def submit(self, envelope: ToolCallEnvelope, run: RunContext) -> Submission:
-        return await asyncio.to_thread(self.boundary.submit, envelope, run)
+        return await self.boundary.asubmit(envelope, run)
 
     async def outcome(self, key: CanonicalKey, timeout_s: float) -> ToolOutcome | None:
-        """The call's outcome, waiting up to ``timeout_s``; ``None`` while still PROJECTING.
-
-        Polls the record (each read a short thread job, backing off from ``FIRST_POLL_S`` to
-        ``MAX_POLL_S``) rather than holding a thread in a blocking wait: the loop's few
-        threads stay free for other requests however many calls wait.
-        """
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + timeout_s
-        pause = FIRST_POLL_S
-        while True:
-            outcome = await asyncio.to_thread(self._sealed_outcome, key)
-            left = give_up - loop.time()
-            if outcome is not None or left <= 0:
-                return outcome
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, MAX_POLL_S)
-
-    def _sealed_outcome(self, key: CanonicalKey) -> ToolOutcome | None:
-        try:
-            record = self.boundary.store.get(key, with_raw=False)
-        except StoreError:
-            return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
-        if record is None:
-            return ToolOutcome.error(key.tool_call_id, ErrorCode.RECORD_NOT_FOUND)
-        return outcome_from_record(record)
+        """The call's outcome, waiting up to ``timeout_s`` (woken by the seal, not polled);
+        ``None`` while still PROJECTING. Cancelling the request stops only the wait."""
+        outcome = await self.boundary.aoutcome(key.run_id, key.tool_call_id, timeout=timeout_s)
+        return None if outcome.pending else outcome
 
     async def task_state(self, key: CanonicalKey) -> TaskState | None:
         """The record behind a task, ``None`` when missing or expired.

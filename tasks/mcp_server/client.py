@@ -8,6 +8,7 @@ types for the 2026-07-28 extension; these follow its published schema.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -103,10 +104,11 @@ async def wait_task(
 
 
 def cancelled_result(task: DetailedTask) -> types.CallToolResult:
-    message = task.status_message or "The call was cancelled before it finished."
+    """What a cancelled task stands for: the call's ERROR ``CANCELLED`` outcome."""
+    outcome = {"status": "ERROR", "error_code": "CANCELLED", "message": task.status_message}
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"CANCELLED: {message}")],
-        structured_content={"error_code": "CANCELLED", "message": message},
+        content=[types.TextContent(type="text", text=json.dumps(outcome, sort_keys=True))],
+        structured_content=outcome,
         is_error=True,
     )
 

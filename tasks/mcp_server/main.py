@@ -9,7 +9,7 @@ import anyio
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from boundary import ConfigurationError
+from boundary import ConfigurationError, ToolBoundary
 from tasks.dispatcher import CeleryDispatcher
 from tasks.mcp_server.http import MCP_PATH, run_http
 from tasks.mcp_server.server import build_server
@@ -35,11 +35,11 @@ def check_binding(host: str, settings: MCPSettings) -> str | None:
     return token or None
 
 
-def make_server(run_id: str | None, settings: MCPSettings) -> Server[object]:
+def make_server(run_id: str | None, settings: MCPSettings) -> tuple[ToolBoundary, Server[object]]:
     from tasks.app import app
 
     boundary = get_runtime().boundary(CeleryDispatcher(app))
-    return build_server(
+    return boundary, build_server(
         boundary,
         run_id=run_id,
         poll_interval_ms=settings.poll_interval_ms,
@@ -47,9 +47,12 @@ def make_server(run_id: str | None, settings: MCPSettings) -> Server[object]:
     )
 
 
-async def _serve_stdio(server: Server[object]) -> None:
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+async def _serve_stdio(server: Server[object], boundary: ToolBoundary) -> None:
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        await boundary.aclose()
 
 
 def serve(transport: Transport, *, host: str, port: int, run_id: str | None) -> None:
@@ -61,9 +64,9 @@ def serve(transport: Transport, *, host: str, port: int, run_id: str | None) -> 
     """
     settings = MCPSettings()
     token = check_binding(host, settings) if transport == "http" else None
-    server = make_server(run_id, settings)
+    boundary, server = make_server(run_id, settings)
     if transport == "stdio":
-        anyio.run(_serve_stdio, server)
+        anyio.run(_serve_stdio, server, boundary)
         return
     logger.warning("tool-boundary mcp listening on http://%s:%d%s", host, port, MCP_PATH)
     run_http(server, host=host, port=port, token=token)

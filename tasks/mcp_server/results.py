@@ -3,14 +3,14 @@ task states. Only bounded results, stable codes and fixed sentences go out; noth
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime
 from typing import Any
 
 import mcp_types as types
 
-from boundary import ErrorCode, InvocationStatus, ToolOutcome, ToolSpec
-from boundary.limits import canonical_json
+from boundary import ErrorCode, ToolOutcome, ToolSpec
 from tasks.mcp_server.calls import TaskState
 
 #: The Tasks extension (SEP-2663).
@@ -40,33 +40,23 @@ def ids_meta(run_id: str, tool_call_id: str) -> dict[str, Any]:
     return {RUN_ID_META: run_id, TOOL_CALL_ID_META: tool_call_id}
 
 
+def tool_result(outcome: ToolOutcome, meta: dict[str, Any] | None) -> types.CallToolResult:
+    """A sealed outcome as a ``CallToolResult``: its one text rendering (``as_text``, the same
+    the framework adapters give a model) as text content, and the same object as structured
+    content. READY: status, evidence status, the bounded result (and scope). ERROR:
+    ``isError`` with the status, the code and its fixed sentence, nothing else."""
+    text = outcome.as_text()
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=json.loads(text),
+        is_error=outcome.is_error,
+        _meta=meta,
+    )
+
+
 def error_result(code: ErrorCode, meta: dict[str, Any] | None = None) -> types.CallToolResult:
-    """``isError`` with the code and its fixed sentence, nothing else."""
-    payload = {"error_code": code.value, "message": code.message}
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"{code.value}: {code.message}")],
-        structured_content=payload,
-        is_error=True,
-        _meta=meta,
-    )
-
-
-def tool_result(outcome: ToolOutcome, meta: dict[str, Any]) -> types.CallToolResult:
-    """A sealed outcome as a ``CallToolResult``: READY carries the bounded result (with its
-    evidence status and scope) as structured content and the same JSON as text."""
-    if outcome.status is not InvocationStatus.READY:
-        return error_result(outcome.error_code or ErrorCode.TOOL_EXECUTION_FAILED, meta)
-    payload = {
-        "evidence_status": outcome.evidence_status.value if outcome.evidence_status else None,
-        "result": outcome.result,
-        "scope": outcome.scope,
-    }
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=canonical_json(payload))],
-        structured_content=payload,
-        is_error=False,
-        _meta=meta,
-    )
+    """A call refused before it had an outcome of its own (no run, store down)."""
+    return tool_result(ToolOutcome.error(None, code), meta)
 
 
 def _iso(moment: datetime) -> str:

@@ -163,7 +163,7 @@ class BoundaryMCP:
         submission = await self.calls.submit(envelope, run)
         out_meta = ids_meta(run_id, tool_call_id) if isinstance(tool_call_id, str) else None
         if submission.outcome is not None:
-            return tool_result(submission.outcome, out_meta or {})
+            return tool_result(submission.outcome, out_meta)
         assert submission.key is not None
         key = submission.key
         if declares_tasks(ctx):

@@ -55,6 +55,7 @@ async def a_call_ends_ready_with_the_bounded_result_and_its_ids(
     # The bounded projection comes back as structured content and as text
     assert result.is_error is False
     payload = {
+        "status": "READY",
         "evidence_status": "EVIDENCE_FOUND",
         "result": {"count": 3, "first": "doc-0"},
         "scope": {"query": "timeouts"},
@@ -88,6 +89,7 @@ async def a_repeated_tool_call_id_is_refused_and_not_executed(
     # The second is DUPLICATE_TOOL_CALL, and the first record is untouched
     assert second.is_error is True
     assert second.structured_content == {
+        "status": "ERROR",
         "error_code": "DUPLICATE_TOOL_CALL",
         "message": ErrorCode.DUPLICATE_TOOL_CALL.message,
     }
@@ -100,8 +102,12 @@ async def a_failing_tool_is_an_error_result_with_its_code_only(
 ) -> None:
     result = await client.call_tool("boom", {"query": "x"}, meta=call_meta("call-boom"))
     assert result.is_error is True
-    expected = f"TOOL_EXECUTION_FAILED: {ErrorCode.TOOL_EXECUTION_FAILED.message}"
-    assert result.content[0].text == expected
+    expected = {
+        "status": "ERROR",
+        "error_code": "TOOL_EXECUTION_FAILED",
+        "message": ErrorCode.TOOL_EXECUTION_FAILED.message,
+    }
+    assert json.loads(result.content[0].text) == result.structured_content == expected
     text = result.model_dump_json()
     for leak in (SECRET, SECRET_URL, "Traceback", "tb:{"):
         assert leak not in text
