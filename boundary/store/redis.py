@@ -23,6 +23,10 @@ from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, RunCo
 from boundary.store import keys
 from boundary.store._redis_common import load_script
 from boundary.store._redis_common import translated as _translated
+
+# Imported with the store, not on the first async call: importing redis.asyncio takes tens
+# of milliseconds, which would stall the event loop of that call.
+from boundary.store.aio import AsyncRedisStore
 from boundary.store.base import (
     DEFAULT_TTL_S,
     AsyncStore,
@@ -301,8 +305,6 @@ class RedisCanonicalStore(CanonicalStore):
         with a cluster client the async calls run the sync ones on threads)."""
         if not isinstance(self.client, redis.Redis):
             return None
-        from boundary.store.aio import AsyncRedisStore
-
         return AsyncRedisStore.like(
             self.client, ttl_s=self.ttl_s, limits=self.limits, clock=self._clock
         )
