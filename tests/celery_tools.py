@@ -83,6 +83,16 @@ def gate(arguments: dict[str, Any]) -> dict[str, Any]:
     return {"hits": [{"id": "opened" if opened else "shut"}]}
 
 
+#: Three ``together`` calls pass it only when they run at the same time (a call that runs
+#: alone breaks it after its timeout and fails).
+TOGETHER = threading.Barrier(3, timeout=5.0)
+
+
+def together(arguments: dict[str, Any]) -> dict[str, Any]:
+    TOGETHER.wait()
+    return {"hits": [{"id": "together"}]}
+
+
 def huge_raw(arguments: dict[str, Any]) -> dict[str, Any]:
     return {"blob": "y" * (int(arguments.get("bytes", 2_000_000)))}
 
@@ -130,6 +140,7 @@ def build_registry() -> ToolRegistry:
             ),
             spec("boom", boom),
             spec("gate", gate),
+            spec("together", together),
             spec("bad_projector", lookup, RaisingProjector()),
             spec("invalid_evidence", lookup, InvalidEvidenceProjector()),
             spec("huge_raw", huge_raw),

@@ -18,7 +18,7 @@ from tests import celery_tools
 
 RECORDED = Path(__file__).parent / "recorded"
 #: The tools an adapter test's run may call.
-TOOLS = frozenset({"find", "boom", "gate", "lookup"})
+TOOLS = frozenset({"find", "boom", "gate", "lookup", "sleepy", "together"})
 
 
 def recorded(name: str) -> Any:
