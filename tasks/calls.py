@@ -19,6 +19,7 @@ from boundary.steps import execute_step, project_step
 from boundary.store import WriteStatus
 from tasks.app import EXECUTE, PROJECT, REAP, app
 from tasks.exits import EXIT_USAGE
+from tasks.failures import CodeOnlyFailures, ToolCallFailed
 from tasks.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -82,18 +83,25 @@ def execute_tool(run_id: str, tool_call_id: str) -> str:
         return "FAILED"
 
 
-@app.task(name=PROJECT, acks_late=True)
+@app.task(name=PROJECT, acks_late=True, base=CodeOnlyFailures)
 def project_result(run_id: str, tool_call_id: str) -> dict[str, Any]:
-    """Projects the raw response, seals the record; the result is the bounded outcome."""
+    """Projects the raw response, seals the record; the result is the bounded outcome.
+
+    An ERROR outcome ends the task in FAILURE with ``ToolCallFailed(<code>)`` and no
+    traceback (see ``tasks.failures``), so monitoring lists it among the failed tasks.
+    """
     key = _key(run_id, tool_call_id)
     if key is None:
-        return ToolOutcome.error(None, ErrorCode.RECORD_NOT_FOUND).model_dump(mode="json")
+        raise ToolCallFailed(ErrorCode.RECORD_NOT_FOUND.value)
     try:
         runtime = get_runtime()
         outcome = _retrying(lambda: project_step(runtime.store, runtime.registry, key))
     except Exception as exc:
         logger.error("project %s failed: %s", key.identity, type(exc).__name__)
         outcome = ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+    if outcome.error_code is not None:
+        # Raised outside any except block: no other exception rides along as its context.
+        raise ToolCallFailed(outcome.error_code.value)
     return outcome.model_dump(mode="json")
 
 

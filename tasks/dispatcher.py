@@ -9,8 +9,9 @@ from typing import Any
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from boundary import CanonicalKey, DispatchError
+from boundary import CanonicalKey, DispatchError, ToolOutcome
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
+from tasks.failures import ToolCallFailed
 from tasks.publisher import publisher_app
 
 #: Longest step between two looks at a result on a backend that does not push results.
@@ -135,4 +136,7 @@ class CeleryDispatcher:
             if not result.on_ready.ready:
                 # Stop waiting on it: a timed-out wait keeps its subscription otherwise.
                 backend.remove_pending_result(result)
+        if isinstance(value, ToolCallFailed) and value.error_code is not None:
+            # An ERROR outcome ends the project task in FAILURE carrying its code only.
+            return ToolOutcome.error(key.tool_call_id, value.error_code).model_dump(mode="json")
         return value if isinstance(value, dict) else None

@@ -24,6 +24,7 @@ from boundary import (
 from boundary.store import keys
 from tasks import CeleryDispatcher
 from tasks.app import create_app
+from tasks.failures import ToolCallFailed
 from tasks.runtime import get_runtime
 from tests.celery.conftest import RUN, Stack
 from tests.conftest import celery_test_settings
@@ -47,9 +48,10 @@ def record(call_id: str, run_id: str = RUN.run_id) -> Any:
 
 
 def celery_result(stack: Stack, call_id: str) -> Any:
-    """What the result backend holds for the project task (the outcome, as JSON)."""
+    """What the result backend holds for the project task: the outcome, as JSON, or for an
+    ERROR outcome the task's failure, ``ToolCallFailed(<code>)``."""
     key = CanonicalKey(run_id=RUN.run_id, tool_call_id=call_id)
-    return stack.app.AsyncResult(key.task_id("project")).get(timeout=10)
+    return stack.app.AsyncResult(key.task_id("project")).get(timeout=10, propagate=False)
 
 
 def assert_error(outcome: ToolOutcome, code: ErrorCode) -> None:
@@ -84,7 +86,8 @@ def test_executor_raises(stack: Stack) -> None:
     outcome = invoke(stack.boundary, "c1", "boom", {})
     assert_error(outcome, ErrorCode.TOOL_EXECUTION_FAILED)
     assert record("c1").raw is None
-    assert celery_result(stack, "c1")["error_code"] == "TOOL_EXECUTION_FAILED"
+    failure = celery_result(stack, "c1")
+    assert isinstance(failure, ToolCallFailed) and failure.args == ("TOOL_EXECUTION_FAILED",)
 
 
 def test_projector_raises(stack: Stack) -> None:

@@ -105,7 +105,7 @@ def test_no_secret_in_results_backend_flower_or_logs(
         deadline = time.monotonic() + 30
         while True:
             tasks = get_json(f"{api}/tasks")
-            done = [t for t in tasks.values() if t.get("state") == "SUCCESS"]
+            done = [t for t in tasks.values() if t.get("state") in ("SUCCESS", "FAILURE")]
             if len(done) >= 2 * len(calls) + 2 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
@@ -119,6 +119,19 @@ def test_no_secret_in_results_backend_flower_or_logs(
             flower_text += json.dumps(get_json(f"{api}/task/info/{task_id}"))
         assert_clean(flower_text, "Flower's task API")
         assert f"'{RUN.run_id}', 'leak-raw'" in flower_text  # argsrepr: the ids only
+        # And the ERROR calls are failed tasks there, carrying their code and no traceback
+        for call_id, code in (
+            ("leak-tool-exc", "TOOL_EXECUTION_FAILED"),
+            ("leak-projector-exc", "PROJECTION_FAILED"),
+        ):
+            info = get_json(f"{api}/task/info/{RUN.run_id}:{call_id}:project")
+            assert info["state"] == "FAILURE", info
+            assert info["exception"] == f"ToolCallFailed('{code}')"
+            assert not info.get("traceback"), info
+        failed = get_json(f"{api}/tasks?state=FAILURE")
+        assert {t["uuid"] for t in failed.values()} == {
+            f"{RUN.run_id}:{call_id}:project" for call_id in ("leak-tool-exc", "leak-projector-exc")
+        }
     # And the result backend and the broker hold none of it
     for db, where in ((BACKEND_DB, "the result backend"), (BROKER_DB, "the broker")):
         client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db, decode_responses=True)

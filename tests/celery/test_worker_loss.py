@@ -171,7 +171,8 @@ def test_whole_worker_killed_call_is_reaped_and_redelivery_does_not_run_it_again
     ):
         deadline = time.monotonic() + 30
         log = tmp_path / "b.log"
-        while "run-e2e:c1:project] succeeded" not in log.read_text():
+        # (a sealed ERROR record: the project task fails with the code only)
+        while "run-e2e:c1:project] raised expected: ToolCallFailed" not in log.read_text():
             assert time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.2)
     assert "'SEALED'" in log.read_text()

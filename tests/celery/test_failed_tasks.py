@@ -1,0 +1,91 @@
+"""An ERROR outcome ends its project task in FAILURE, so monitoring can find it, carrying the
+error code only: no traceback in the result backend or the worker's log, no payload. The
+canonical record still decides the outcome, and nothing waits long on a FAILURE result."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import redis
+from celery import Celery
+
+from boundary import ErrorCode, InvocationStatus, ToolBoundary, ToolCallEnvelope
+from tasks.failures import ToolCallFailed
+from tests.celery.conftest import RUN
+from tests.celery_tools import SECRET
+from tests.conftest import BACKEND_DB, REDIS_HOST, REDIS_PORT
+
+
+def invoke(boundary: ToolBoundary, call_id: str, tool: str, query: str = SECRET) -> object:
+    envelope = ToolCallEnvelope(
+        run_id=RUN.run_id, tool_call_id=call_id, tool_name=tool, arguments={"query": query}
+    )
+    return boundary.invoke(envelope, RUN, timeout=30)
+
+
+def stored_meta(task_id: str) -> dict[str, object]:
+    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=BACKEND_DB, decode_responses=True)
+    text = client.get(f"celery-task-meta-{task_id}")
+    assert text is not None, task_id
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("tool", "code"),
+    [
+        ("huge_raw", ErrorCode.RESULT_TOO_LARGE),
+        ("boom", ErrorCode.TOOL_EXECUTION_FAILED),
+        ("bad_projector", ErrorCode.PROJECTION_FAILED),
+    ],
+)
+def test_an_error_outcome_is_a_failed_project_task_carrying_only_its_code(
+    celery_boundary: ToolBoundary,
+    celery_session_app: Celery,
+    caplog: pytest.LogCaptureFixture,
+    tool: str,
+    code: ErrorCode,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    call_id = f"failed-{tool}"
+
+    # When a call ends ERROR
+    outcome = invoke(celery_boundary, call_id, tool)
+
+    # Then the agent gets the record's outcome: the code, at once (no wait on the FAILURE)
+    assert outcome.status is InvocationStatus.ERROR  # type: ignore[attr-defined]
+    assert outcome.error_code is code  # type: ignore[attr-defined]
+    # And its project task ended in FAILURE with ToolCallFailed(code) and nothing else
+    task_id = f"{RUN.run_id}:{call_id}:project"
+    result = celery_session_app.AsyncResult(task_id)
+    assert result.state == "FAILURE"
+    failure = result.get(propagate=False, timeout=10)
+    assert isinstance(failure, ToolCallFailed) and failure.args == (code.value,)
+    meta = stored_meta(task_id)
+    assert meta["status"] == "FAILURE"
+    assert meta["result"] == {
+        "exc_type": "ToolCallFailed",
+        "exc_message": [code.value],
+        "exc_module": "tasks.failures",
+    }
+    assert meta["traceback"] is None
+    assert SECRET not in json.dumps(meta)
+    # And the worker logged it as an expected failure: no traceback attached
+    project_records = [r for r in caplog.records if task_id in r.getMessage()]
+    assert any("ToolCallFailed" in r.getMessage() for r in project_records), [
+        r.getMessage() for r in project_records
+    ]
+    assert all(r.exc_info is None or r.exc_info[2] is None for r in project_records)
+
+
+def test_a_ready_outcome_is_still_a_successful_task_with_the_bounded_outcome(
+    celery_boundary: ToolBoundary, celery_session_app: Celery
+) -> None:
+    # (not the secret: this projector echoes the query as its scope, by its own choice)
+    outcome = invoke(celery_boundary, "ok-1", "lookup", query="timeouts")
+
+    assert outcome.status is InvocationStatus.READY  # type: ignore[attr-defined]
+    result = celery_session_app.AsyncResult(f"{RUN.run_id}:ok-1:project")
+    assert result.state == "SUCCESS"
+    assert result.get(timeout=10)["status"] == "READY"
