@@ -8,9 +8,11 @@ tasks itself; these handlers follow the extension's published schema.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
@@ -41,6 +43,8 @@ from tasks.mcp_server.results import (
 )
 
 logger = logging.getLogger(__name__)
+
+Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
 
 #: Suggested task polling interval, milliseconds.
 DEFAULT_POLL_INTERVAL_MS = 500
@@ -84,6 +88,24 @@ def _task_not_found() -> MCPError:
 
 def _store_unavailable() -> MCPError:
     return MCPError(INTERNAL_ERROR, ErrorCode.STORE_UNAVAILABLE.message)
+
+
+def _guarded(handler: Handler) -> Handler:
+    """Any exception but a protocol error becomes one fixed ``-32603``: on a 2025-11-25
+    connection the SDK would otherwise send the exception's text, which may hold a URL or a
+    payload. Only the exception's type is logged."""
+
+    @functools.wraps(handler)
+    async def guarded(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+        try:
+            return await handler(ctx, params)
+        except MCPError:
+            raise
+        except Exception as exc:
+            logger.error("MCP %s failed: %s", ctx.method, type(exc).__name__)
+            raise MCPError(INTERNAL_ERROR, "Internal error") from None
+
+    return cast("Handler", guarded)
 
 
 def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -230,10 +252,12 @@ def build_server(
     handlers = BoundaryMCP(
         boundary, run_id=run_id, poll_interval_ms=poll_interval_ms, call_wait_s=call_wait_s
     )
-    server: Server[Any] = Server(name, version="0.1.0", on_list_tools=handlers.list_tools)
-    server.add_request_handler("tools/call", types.CallToolRequestParams, handlers.call_tool)
-    server.add_request_handler("tasks/get", TaskParams, handlers.get_task)
-    server.add_request_handler("tasks/update", UpdateTaskParams, handlers.update_task)
-    server.add_request_handler("tasks/cancel", TaskParams, handlers.cancel_task)
+    server: Server[Any] = Server(name, version="0.1.0", on_list_tools=_guarded(handlers.list_tools))
+    server.add_request_handler(
+        "tools/call", types.CallToolRequestParams, _guarded(handlers.call_tool)
+    )
+    server.add_request_handler("tasks/get", TaskParams, _guarded(handlers.get_task))
+    server.add_request_handler("tasks/update", UpdateTaskParams, _guarded(handlers.update_task))
+    server.add_request_handler("tasks/cancel", TaskParams, _guarded(handlers.cancel_task))
     server.extensions[TASKS_EXTENSION] = {}
     return server
