@@ -79,6 +79,8 @@ class CeleryDispatcher:
             "subtask_type": None,
             "immutable": True,
         }
+        # The execute task as ``app`` knows it: its time limits go into each message.
+        execute = self.app.tasks.get(EXECUTE)
         try:
             self.publisher.send_task(
                 EXECUTE,
@@ -86,6 +88,11 @@ class CeleryDispatcher:
                 task_id=execute_id,
                 root_id=execute_id,
                 queue=TOOLS_QUEUE,
+                # The waiting app's id and task options (time limits), as the canvas would
+                # set them: the publisher only sends.
+                reply_to=self.app.thread_oid,
+                time_limit=getattr(execute, "time_limit", None),
+                soft_time_limit=getattr(execute, "soft_time_limit", None),
                 argsrepr=argsrepr,
                 kwargsrepr="{}",
                 # The execute task's own option: its result is never stored nor awaited.
