@@ -13,6 +13,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -38,6 +39,12 @@ from boundary.store.base import CanonicalStore, WriteStatus
 logger = logging.getLogger(__name__)
 
 EXECUTE, PROJECT = Stage.EXECUTE, Stage.PROJECT
+#: Seconds a projector may run before the call is sealed PROJECTION_FAILED. Projectors are
+#: pure and small; one that runs this long is hung.
+DEFAULT_PROJECTION_TIMEOUT_S = 30.0
+#: Threads a process may start for tools and projectors; each hung run holds one for good.
+#: Keep it above the worker's concurrency: a run waits for a free one otherwise.
+DEFAULT_MAX_TOOL_THREADS = 32
 #: The note of a call whose tool the worker's registry does not have.
 NOT_REGISTERED = "the tool is not in this worker's registry (TOOL_BOUNDARY_TOOLS)"
 
@@ -76,31 +83,53 @@ def record_size(record: CanonicalRecord, **changes: Any) -> int:
 
 
 class _ToolThreads:
-    """Daemon threads that run tools, kept and reused once idle.
+    """Daemon threads that run tools (and projectors), kept and reused once idle.
 
     Starting a thread per tool run cost about 150 µs on a loaded 2-core machine (a fifth of the
     execute step's time); handing the run to an idle thread costs a queue put. A tool that
     overruns keeps its thread until it returns, so a new thread is started whenever none is
-    idle: never a bounded pool that hung tools could exhaust. Daemon threads, so a hung tool
-    never holds up a worker's exit (``ThreadPoolExecutor`` joins its threads at exit).
+    idle, up to ``max_threads``: past that (that many tools hung at once), a run waits for a
+    thread to come free within its own time limit, and times out otherwise, so hung tools cost
+    a bounded number of threads. Daemon threads, so a hung tool never holds up a worker's exit
+    (``ThreadPoolExecutor`` joins its threads at exit).
     """
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, max_threads: int = DEFAULT_MAX_TOOL_THREADS) -> None:
+        self.max_threads = max_threads
+        self._lock = threading.Condition()
         self._idle: list[queue.SimpleQueue[Any]] = []
+        self._started = 0
 
-    def run(self, executor: Any, arguments: dict[str, Any], timeout_s: float) -> Any:
+    @property
+    def started(self) -> int:
+        """Threads started (and alive: they never end) so far."""
+        return self._started
+
+    def _inbox(self, timeout_s: float) -> queue.SimpleQueue[Any]:
+        give_up = time.monotonic() + max(timeout_s, 0.0)
         with self._lock:
-            inbox = self._idle.pop() if self._idle else None
-        if inbox is None:
-            inbox = queue.SimpleQueue()
-            threading.Thread(
-                target=self._serve, args=(inbox,), name="tool-boundary-tool", daemon=True
-            ).start()
+            while not self._idle and self._started >= self.max_threads:
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    # Every thread is held by a hung run: this one times out unstarted.
+                    raise ToolTimeout()
+                self._lock.wait(left)
+            if self._idle:
+                return self._idle.pop()
+            self._started += 1
+        inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(
+            target=self._serve, args=(inbox,), name="tool-boundary-tool", daemon=True
+        ).start()
+        return inbox
+
+    def run(self, executor: Any, arguments: Any, timeout_s: float) -> Any:
+        started = time.monotonic()
+        inbox = self._inbox(timeout_s)
         outbox: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
         inbox.put((executor, arguments, outbox))
         try:
-            ok, value = outbox.get(timeout=max(timeout_s, 0.0))
+            ok, value = outbox.get(timeout=max(timeout_s - (time.monotonic() - started), 0.0))
         except queue.Empty:
             raise ToolTimeout() from None
         if ok:
@@ -123,10 +152,12 @@ class _ToolThreads:
             del executor, arguments, outbox, result
             with self._lock:
                 self._idle.append(inbox)
+                self._lock.notify()
 
 
 _threads_lock = threading.Lock()
 _threads: tuple[int, _ToolThreads] | None = None
+_max_tool_threads = DEFAULT_MAX_TOOL_THREADS
 
 
 def _tool_threads() -> _ToolThreads:
@@ -136,11 +167,21 @@ def _tool_threads() -> _ToolThreads:
     pid = os.getpid()
     with _threads_lock:
         if _threads is None or _threads[0] != pid:
-            _threads = (pid, _ToolThreads())
+            _threads = (pid, _ToolThreads(_max_tool_threads))
         return _threads[1]
 
 
-def _run_bounded(spec_executor: Any, arguments: dict[str, Any], timeout_s: float) -> Any:
+def limit_tool_threads(max_threads: int) -> None:
+    """Caps the threads this process starts for tools and projectors (a worker sets it from
+    ``TOOL_BOUNDARY_MAX_TOOL_THREADS`` at start)."""
+    global _max_tool_threads
+    if max_threads < 1:
+        raise ValueError("max_threads must be >= 1")
+    _max_tool_threads = max_threads
+    _tool_threads().max_threads = max_threads
+
+
+def _run_bounded(spec_executor: Any, arguments: Any, timeout_s: float) -> Any:
     """Runs the tool in a watchdog thread and gives up after ``timeout_s``.
 
     A Python thread cannot be killed: a tool that overruns keeps running in the background,
@@ -265,8 +306,16 @@ def _validated(value: object) -> Projection | ErrorCode:
     return projection
 
 
-def project_step(store: CanonicalStore, registry: ToolRegistry, key: CanonicalKey) -> ToolOutcome:
+def project_step(
+    store: CanonicalStore,
+    registry: ToolRegistry,
+    key: CanonicalKey,
+    *,
+    timeout_s: float = DEFAULT_PROJECTION_TIMEOUT_S,
+) -> ToolOutcome:
     """Projects the stored raw response and seals the record READY or ERROR.
+
+    The projector runs at most ``timeout_s``; past it the call is sealed PROJECTION_FAILED.
 
     Returns the call's outcome: the bounded agent result, or a stable error code.
     """
@@ -276,7 +325,7 @@ def project_step(store: CanonicalStore, registry: ToolRegistry, key: CanonicalKe
     sealed = outcome_from_record(record)
     if sealed is not None:
         return sealed
-    projected = _project(registry, record, store.limits)
+    projected = _project(registry, record, store.limits, timeout_s)
     if isinstance(projected, Diagnostic):
         code = projected.error_code
         projected.log(key.identity)
@@ -296,7 +345,7 @@ def project_step(store: CanonicalStore, registry: ToolRegistry, key: CanonicalKe
 
 
 def _project(
-    registry: ToolRegistry, record: CanonicalRecord, limits: Limits
+    registry: ToolRegistry, record: CanonicalRecord, limits: Limits, timeout_s: float
 ) -> tuple[ToolOutcome, str, str | None] | Diagnostic:
     """The READY outcome with its result and scope as canonical JSON, or why it failed (the
     diagnostic carries the code to seal ERROR with)."""
@@ -308,8 +357,14 @@ def _project(
         # The execute step ended without keeping a response: the store failed under it.
         note = "no raw response was kept"
         return _failed(tool, ErrorCode.STORE_UNAVAILABLE, PROJECT, note=note)
+    raw, request = json.loads(record.raw), json.loads(record.request)
     try:
-        value = spec.projector.project(json.loads(record.raw), json.loads(record.request))
+        # On a tool thread, under a time limit: a hung projector must not hold the worker's
+        # projection slot (and every later call behind it) nor its warm shutdown.
+        value = _run_bounded(lambda _: spec.projector.project(raw, request), None, timeout_s)
+    except ToolTimeout:
+        note = f"the projector ran past its time limit of {timeout_s:g}s"
+        return _failed(tool, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)
     except Exception as exc:
         return _failed(tool, ErrorCode.PROJECTION_FAILED, PROJECT, exc)
     projection = _validated(value)

@@ -15,7 +15,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome
-from boundary.steps import execute_step, project_step
+from boundary.steps import execute_step, limit_tool_threads, project_step
 from boundary.store import WriteStatus
 from tasks.app import EXECUTE, PROJECT, REAP, app
 from tasks.exits import EXIT_USAGE
@@ -95,7 +95,10 @@ def project_result(run_id: str, tool_call_id: str) -> dict[str, Any]:
         raise ToolCallFailed(ErrorCode.RECORD_NOT_FOUND.value)
     try:
         runtime = get_runtime()
-        outcome = _retrying(lambda: project_step(runtime.store, runtime.registry, key))
+        timeout_s = runtime.settings.projection_timeout_s
+        outcome = _retrying(
+            lambda: project_step(runtime.store, runtime.registry, key, timeout_s=timeout_s)
+        )
     except Exception as exc:
         logger.error("project %s failed: %s", key.identity, type(exc).__name__)
         outcome = ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)
@@ -164,6 +167,7 @@ def _check_runtime(**_: Any) -> None:
         # One line (the log's), then exit 2: a traceback would tell the operator nothing more.
         logger.critical("tool-boundary worker cannot start: %s", exc.problem)
         raise SystemExit(EXIT_USAGE) from None
+    limit_tool_threads(runtime.settings.max_tool_threads)
     logger.info(
         "tool-boundary worker: %d tool(s), longest timeout %.0fs", len(runtime.registry), longest
     )

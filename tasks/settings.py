@@ -18,6 +18,7 @@ from boundary.limits import (
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_MAX_REQUEST_BYTES,
 )
+from boundary.steps import DEFAULT_MAX_TOOL_THREADS, DEFAULT_PROJECTION_TIMEOUT_S
 from boundary.store.base import DEFAULT_TTL_S
 
 #: Where the store lives when nothing is configured (workers and the CLI; the demo embeds one).
@@ -67,6 +68,11 @@ class Settings(BaseSettings):
     worker_lost_max_retries: int = Field(default=2, ge=0)
     #: Hard time limit of a task (prefork pool): a backstop above every tool's timeout.
     task_time_limit_s: float = Field(default=3600.0, gt=0)
+    #: Seconds a projector may run before its call is sealed PROJECTION_FAILED.
+    projection_timeout_s: float = Field(default=DEFAULT_PROJECTION_TIMEOUT_S, gt=0)
+    #: Threads a worker process may start for tools and projectors: each hung one holds a
+    #: thread for good, so past this many hung at once, later runs time out unstarted.
+    max_tool_threads: int = Field(default=DEFAULT_MAX_TOOL_THREADS, ge=1)
     #: Seconds a broker publish may take (connecting included) before dispatch fails.
     publish_timeout_s: float = Field(default=5.0, gt=0)
     #: Publish a task-sent event for every task sent (Flower then shows a call's tasks as

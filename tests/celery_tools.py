@@ -32,6 +32,14 @@ class HitsProjector:
         )
 
 
+class HangingProjector(HitsProjector):
+    """Hangs for ``request["hang"]`` seconds before projecting: a projector stuck on I/O."""
+
+    def project(self, raw: Any, request: dict[str, Any]) -> Projection:
+        time.sleep(float(request.get("hang", 0)))
+        return super().project(raw, request)
+
+
 class RaisingProjector:
     def project(self, raw: Any, request: dict[str, Any]) -> Projection:
         raise RuntimeError(f"projector broke: {SECRET} {SECRET_URL} {STACK}")
@@ -142,6 +150,7 @@ def build_registry() -> ToolRegistry:
             spec("gate", gate),
             spec("together", together),
             spec("bad_projector", lookup, RaisingProjector()),
+            spec("hung_projector", lookup, HangingProjector()),
             spec("invalid_evidence", lookup, InvalidEvidenceProjector()),
             spec("huge_raw", huge_raw),
             spec("huge_result", lookup, HugeResultProjector()),
