@@ -257,6 +257,18 @@ def _make_call(boundary: Any, run: RunContext, step: Step) -> CallReport:
     began = time.perf_counter()
     # A wait that runs out returns the call's real state (PROJECTING), never an exception.
     outcome = boundary.invoke(envelope, run, timeout=CALL_TIMEOUT_S)
+    if outcome.pending:
+        # Still PROJECTING when the wait ran out: no worker took it (or it is stuck).
+        return CallReport(
+            step=step.label,
+            tool=step.tool,
+            tool_call_id=step.tool_call_id,
+            status="TIMEOUT",
+            evidence_status=None,
+            error_code=None,
+            latency_ms=(time.perf_counter() - began) * 1000,
+            expected=False,
+        )
     code = outcome.error_code
     return CallReport(
         step=step.label,

@@ -80,7 +80,8 @@ def test_procfile_has_the_same_processes_as_compose(compose: dict[str, Any]) -> 
     assert set(processes) == {"worker_tools", "worker_projections", "beat", "flower"}
     assert {p.replace("_", "-") for p in processes} == set(compose["services"]) - {"redis"}
     for command in processes.values():
-        assert command.startswith("celery -A tasks ")
+        # The venv's celery (the active one, else .venv's): no activated venv needed.
+        assert command.startswith('"${VIRTUAL_ENV:-.venv}/bin/celery" -A tasks ')
 
 
 def test_procfile_processes_start_under_honcho_and_serve_a_call(
@@ -90,11 +91,15 @@ def test_procfile_processes_start_under_honcho_and_serve_a_call(
     settings = celery_test_settings(broker_url=redis_url(SUBPROCESS_BROKER_DB), reap_interval_s=1)
     broker = flush_db(SUBPROCESS_BROKER_DB)
     env = settings_env(settings) | {"FLOWER_PORT": "0", "TMPDIR": str(tmp_path)}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    # As after `.venv/bin/honcho start` with no venv activated: celery is not on the PATH.
+    env["PATH"] = "/usr/bin:/bin"
+    env.pop("VIRTUAL_ENV", None)
+    if Path(sys.prefix) != ROOT / ".venv":
+        env["VIRTUAL_ENV"] = sys.prefix  # the suite runs from another venv
     log = tmp_path / "honcho.log"
     with log.open("wb") as out:
         honcho = subprocess.Popen(
-            [sys.executable, "-m", "honcho", "start"],
+            [str(Path(sys.executable).with_name("honcho")), "start"],
             cwd=ROOT,
             env=env,
             stdout=out,
