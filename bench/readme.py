@@ -306,7 +306,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.readme", description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 if a table is stale")
     parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument(
+        "--chart",
+        type=Path,
+        help="also draw b1_b2.png beside the README from this committed run's JSON",
+    )
     args = parser.parse_args(argv)
+    if args.chart is not None:
+        from bench.report import chart
+
+        document = json.loads(args.chart.read_text())
+        drawn = chart(document["results"], args.readme.parent / "b1_b2.png")
+        print(f"drew {drawn}")
     text = args.readme.read_text()
     fresh = render(text, args.readme.parent)
     if args.check:
