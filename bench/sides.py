@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from celery import Celery
-from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from bench import bare, defaults
 from bench.tools import NOOP
 from bench.tools import registry as noop_registry
 from boundary import (
+    CanonicalKey,
     Limits,
     RedisCanonicalStore,
     RunContext,
@@ -114,21 +114,20 @@ def _check(outcome: ToolOutcome) -> None:
         raise RuntimeError(f"call failed: {outcome.error_code}")
 
 
-def wait_sliced(celery_app: Celery, task_id: str) -> Any:
-    """Waits on one task's result as ``ToolBoundary.outcome`` waits through
-    ``CeleryDispatcher.wait``: ``AsyncResult.get`` in slices of ``POLL_S`` (a missed wake-up
-    costs one slice, never a hang), on the task alone. A chain's last ``AsyncResult.get()``
-    would also read every parent's result key (8 GETs a call against our 3): a handicap that
-    flattered us, so the peers do not wait that way."""
-    result = celery_app.AsyncResult(task_id)
+def wait_sliced(dispatcher: CeleryDispatcher, key: CanonicalKey) -> Any:
+    """Waits on one call's project task exactly as ``ToolBoundary.outcome`` waits on ours:
+    ``CeleryDispatcher.wait`` on the project task alone, in slices of ``POLL_S`` (a missed
+    wake-up costs one slice, never a hang). A chain's last ``AsyncResult.get()`` would also
+    read every parent's result key (8 GETs a call against our 3): a handicap that flattered
+    us, so the peers do not wait that way. Only the record reads between slices are ours
+    alone: a peer has no record."""
     give_up = time.monotonic() + CALL_TIMEOUT_S
     while True:
-        try:
-            return result.get(timeout=POLL_S, propagate=False, disable_sync_subtasks=False)
-        except CeleryTimeoutError:
-            celery_app.backend.remove_pending_result(result)
-            if time.monotonic() > give_up:
-                raise
+        value = dispatcher.wait(key, POLL_S)
+        if value is not None:
+            return value
+        if time.monotonic() > give_up:
+            raise TimeoutError(f"no result for {key.identity}")
 
 
 class Bare:
@@ -141,12 +140,15 @@ class Bare:
 
     def __init__(self, settings: Settings) -> None:
         self.app = bare.create_bare_app(settings)
+        # Only its wait is used: the peers send through the canvas, as a Celery user does.
+        self.waiter = CeleryDispatcher(self.app)
 
-    def send(self, run_id: str, tool_call_id: str) -> str:
-        return bare.send_chain(self.app, run_id, tool_call_id)
+    def send(self, run_id: str, tool_call_id: str) -> CanonicalKey:
+        bare.send_chain(self.app, run_id, tool_call_id)
+        return CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
 
-    def wait(self, handle: str) -> None:
-        if not isinstance(wait_sliced(self.app, handle), dict):
+    def wait(self, handle: CanonicalKey) -> None:
+        if not isinstance(wait_sliced(self.waiter, handle), dict):
             raise RuntimeError(f"{self.name} chain failed")
 
     def invoke(self, run_id: str, tool_call_id: str) -> None:
@@ -162,7 +164,9 @@ class Defaults(Bare):
 
     def __init__(self, settings: Settings) -> None:
         self.app = defaults.create_defaults_app(settings)
+        self.waiter = CeleryDispatcher(self.app)
 
-    def send(self, run_id: str, tool_call_id: str) -> str:
+    def send(self, run_id: str, tool_call_id: str) -> CanonicalKey:
         names = (defaults.EXECUTE, defaults.PROJECT)
-        return bare.send_chain(self.app, run_id, tool_call_id, names, defaults.QUEUES)
+        bare.send_chain(self.app, run_id, tool_call_id, names, defaults.QUEUES)
+        return CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
