@@ -6,7 +6,6 @@ tool_call_id, the tool's name and its arguments: ``boundary.for_run(run).call(id
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from boundary.models import ObservedFacts, RunContext, Submission, ToolCallEnvelope, ToolOutcome
@@ -102,5 +101,5 @@ class RunBoundary:
 async def _ainvoke(
     boundary: ToolBoundary, envelope: ToolCallEnvelope, run: RunContext, timeout: float
 ) -> ToolOutcome:
-    # The sync call in a worker thread keeps the event loop free.
-    return await asyncio.to_thread(boundary.invoke, envelope, run, timeout=timeout)
+    # Woken by the call's seal notification: no thread, the event loop is never blocked.
+    return await boundary.ainvoke(envelope, run, timeout=timeout)

@@ -9,7 +9,7 @@ error translation. Made from a sync store's connection settings, one per event l
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +37,7 @@ from boundary.store.codec import (
     seal_result,
 )
 from boundary.store.notify import SealNotifier, Watch
+from boundary.store.resp import PubSubLink
 
 #: The name the notifier's Pub/Sub connection gives itself (``CLIENT LIST`` shows it).
 NOTIFY_CLIENT_NAME = "tool-boundary-seals"
@@ -114,13 +115,12 @@ class AsyncRedisStore:
         self._create = self.client.register_script(_CREATE)
         self._seal = self.client.register_script(_SEAL)
 
-        def connect() -> Any:
-            # No socket timeout: reads wait for messages without end, and sends then skip
-            # redis-py's ``asyncio.wait_for``, which on Python 3.11 can swallow a cancel.
-            options = {**settings, "client_name": NOTIFY_CLIENT_NAME, "socket_timeout": None}
-            return connection_class(**options)
+        use_ssl = issubclass(connection_class, aconnection.SSLConnection)
 
-        self.notifier = SealNotifier(connect)
+        def open_link() -> Awaitable[PubSubLink]:
+            return PubSubLink.open(settings, use_ssl=use_ssl, name=NOTIFY_CLIENT_NAME)
+
+        self.notifier = SealNotifier(open_link)
 
     @classmethod
     def like(

@@ -11,27 +11,27 @@ not delivered. So a watch resolves its subscription first and the waiter reads t
 after it (``Watch.attach``): a seal is either seen by that read or delivered as a message.
 
 When the connection fails, every waiter is woken to re-read the record, subscriptions are
-made again on a new connection, and nothing is lost but the failed connection.
+made again on a new connection, and nothing is lost but the failed connection. The
+connection lives only while someone waits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from boundary.errors import StoreUnavailable
+from boundary.store.resp import PubSubLink, ReplyError
 
 logger = logging.getLogger(__name__)
 
-#: Longest ``aclose`` waits for the reader and writer to stop, seconds.
+#: Longest ``aclose`` waits for the reader to stop, seconds.
 CLOSE_TIMEOUT_S = 1.0
 
-#: Builds the (not yet connected) connection a notifier subscribes on.
-ConnectionFactory = Callable[[], Any]
+#: Opens the notifier's link (connected, authenticated, named).
+LinkOpener = Callable[[], Awaitable[PubSubLink]]
 
 
 class _Channel:
@@ -55,18 +55,17 @@ def _wake(future: asyncio.Future[None]) -> None:
 class SealNotifier:
     """Fans seal messages out to waiters, over one Pub/Sub connection.
 
-    Belongs to one event loop; ``AsyncRedisStore`` keeps one per store.
+    Belongs to one event loop; ``AsyncRedisStore`` keeps one per store. The connection and
+    its reader task exist only while someone waits: when the last watch ends they close in
+    the same step, so a loop that ends right after its last wait has nothing of ours left.
     """
 
-    def __init__(self, connect: ConnectionFactory) -> None:
-        self._connect = connect
-        self._conn: Any = None
-        self._tasks: list[asyncio.Task[None]] = []
+    def __init__(self, open_link: LinkOpener) -> None:
+        self._open_link = open_link
+        self._link: PubSubLink | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._channels: dict[str, _Channel] = {}
-        self._outbox: list[tuple[str, str]] = []
-        self._outbox_ready: asyncio.Event | None = None
         self._opening: asyncio.Lock | None = None
-        self._closing: asyncio.Task[None] | None = None
         #: Bumped on every connection failure: watches of an older generation re-attach.
         self.generation = 0
 
@@ -75,86 +74,63 @@ class SealNotifier:
         """Channels subscribed or being subscribed (for tests and metrics)."""
         return len(self._channels)
 
-    async def _ensure_open(self) -> None:
-        if self._conn is not None:
-            return
+    @property
+    def connected(self) -> bool:
+        return self._link is not None
+
+    async def _ensure_open(self) -> PubSubLink:
+        if self._link is not None:
+            return self._link
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
-            if self._conn is not None:
-                return
-            conn = self._connect()
-            try:
-                await conn.connect()
-            except Exception:
-                raise StoreUnavailable() from None
-            self._conn = conn
-            self._outbox_ready = asyncio.Event()
-            self._tasks = [
-                asyncio.create_task(self._read_loop(conn), name="tb-seal-reader"),
-                asyncio.create_task(self._write_loop(conn), name="tb-seal-writer"),
-            ]
+            if self._link is None:
+                try:
+                    link = await self._open_link()
+                except (OSError, ReplyError, TimeoutError):
+                    raise StoreUnavailable() from None
+                self._link = link
+                self._reader = asyncio.create_task(self._read_loop(link), name="tb-seal-reader")
+            return self._link
 
     async def acquire(self, channel: str) -> _Channel:
         """The channel's state, subscribing to it when nobody watches it yet."""
-        await self._ensure_open()
+        link = await self._ensure_open()
         state = self._channels.get(channel)
         if state is None:
             state = _Channel(asyncio.get_running_loop())
             self._channels[channel] = state
-            self._send("SUBSCRIBE", channel)
+            link.send("SUBSCRIBE", channel)
         state.users += 1
         return state
 
     def release(self, channel: str, state: _Channel) -> None:
         """Synchronous, so it also runs on a cancelled waiter's way out."""
         state.users -= 1
-        # An unconfirmed channel is unsubscribed once confirmed (``_on_reply``): its
-        # confirmation must not be taken for a later SUBSCRIBE of the same channel.
-        if state.users == 0 and state.confirmed.done() and self._channels.get(channel) is state:
+        if state.users > 0 or self._channels.get(channel) is not state:
+            return
+        if not any(other.users for other in self._channels.values()):
+            self._close()  # nobody waits any more: no connection, no task left behind
+        elif state.confirmed.done():
+            # An unconfirmed channel is unsubscribed once confirmed (``_on_reply``): its
+            # confirmation must not be taken for a later SUBSCRIBE of the same channel.
             del self._channels[channel]
-            self._send("UNSUBSCRIBE", channel)
+            if self._link is not None:
+                self._link.send("UNSUBSCRIBE", channel)
 
-    def _send(self, verb: str, channel: str) -> None:
-        self._outbox.append((verb, channel))
-        if self._outbox_ready is not None:
-            self._outbox_ready.set()
-
-    async def _write_loop(self, conn: Any) -> None:
-        """Sends SUBSCRIBE/UNSUBSCRIBE in the order they were asked for, batched."""
-        assert self._outbox_ready is not None
-        ready = self._outbox_ready
-        try:
-            # Checked each time round, not only by cancellation: on Python 3.11 a cancel that
-            # lands while redis-py's send (``asyncio.wait_for``) completes is swallowed.
-            while self._conn is conn:
-                await ready.wait()
-                ready.clear()
-                if self._conn is not conn:
-                    return
-                batch, self._outbox = self._outbox, []
-                if batch:
-                    packed = conn.pack_commands([list(command) for command in batch])
-                    await conn.send_packed_command(packed, check_health=False)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self._failed(conn)
-
-    async def _read_loop(self, conn: Any) -> None:
+    async def _read_loop(self, link: PubSubLink) -> None:
         try:
             while True:
-                reply = await conn.read_response(timeout=math.inf, push_request=True)
-                self._on_reply(reply)
+                self._on_reply(await link.read())
         except asyncio.CancelledError:
             raise
         except Exception:
-            self._failed(conn)
+            self._failed(link)
 
     def _on_reply(self, reply: Any) -> None:
         if not isinstance(reply, list) or len(reply) < 3:
             return
-        kind, channel, data = (_text(part) for part in reply[:3])
+        kind, channel, data = (str(part) for part in reply[:3])
         state = self._channels.get(channel)
         if state is None:
             return
@@ -165,57 +141,38 @@ class SealNotifier:
             state.confirmed.set_result(None)
             if state.users == 0:
                 del self._channels[channel]
-                self._send("UNSUBSCRIBE", channel)
+                if self._link is not None:
+                    self._link.send("UNSUBSCRIBE", channel)
 
-    def _failed(self, conn: Any) -> None:
+    def _failed(self, link: PubSubLink) -> None:
         """The connection broke: wake everyone to re-read, start afresh on next use."""
-        if self._conn is not conn:
+        if self._link is not link:
             return
         logger.warning("seal notification connection lost; waiters re-read their records")
         self.generation += 1
-        channels, self._channels = self._channels, {}
-        self._outbox = []
-        self._conn = None
-        for state in channels.values():
+        for state in self._channels.values():
             _wake(state.confirmed)
             for futures in state.waiters.values():
                 for future in futures:
                     _wake(future)
-        if self._outbox_ready is not None:
-            self._outbox_ready.set()  # the old writer sees the connection gone and returns
-        tasks, self._tasks = self._tasks, []
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # the loop is gone (closed without ``aclose``): so is everything on it
-        current = asyncio.current_task()
-        for task in tasks:
-            if task is not current:
-                task.cancel()
-        self._closing = loop.create_task(_disconnect(conn))
+        self._close()
+
+    def _close(self) -> None:
+        """Drops the connection and its reader at once (the reader ends on its next step)."""
+        link, self._link = self._link, None
+        reader, self._reader = self._reader, None
+        self._channels = {}
+        if reader is not None and reader is not asyncio.current_task():
+            reader.cancel()
+        if link is not None:
+            link.close()
 
     async def aclose(self) -> None:
-        """Stops the reader and writer and closes the connection."""
-        tasks, self._tasks = self._tasks, []
-        conn, self._conn = self._conn, None
-        self._channels = {}
-        if self._outbox_ready is not None:
-            self._outbox_ready.set()  # the writer sees the connection gone and returns
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
-        if conn is not None:
-            await _disconnect(conn)
-
-
-async def _disconnect(conn: Any) -> None:
-    with contextlib.suppress(Exception):
-        await conn.disconnect()
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        """Closes the connection, if open, and waits for its reader to end."""
+        reader = self._reader
+        self._close()
+        if reader is not None and reader is not asyncio.current_task():
+            await asyncio.wait({reader}, timeout=CLOSE_TIMEOUT_S)
 
 
 class Watch:

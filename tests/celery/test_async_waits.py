@@ -220,6 +220,7 @@ def test_cancelled_waits_leave_the_call_running_and_leak_nothing(
         ]
         await asyncio.sleep(0.3)
         subscribed = sum(redis_client.pubsub_numsub(*channels)[i][1] for i in range(len(channels)))
+        during = len(seal_clients(redis_client))
         for task in tasks:
             task.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -228,15 +229,17 @@ def test_cancelled_waits_leave_the_call_running_and_leak_nothing(
         connections = len(seal_clients(redis_client))
         # Then the call still runs and ends READY, readable by the same ids
         later = await celery_boundary.aoutcome(RUN.run_id, "real", timeout=30)
-        return subscribed, [results, after], connections, later
+        return subscribed, [results, after, during], connections, later
 
-    subscribed, (results, after), connections, later = run_async(celery_boundary, body)
+    subscribed, (results, after, during), connections, later = run_async(celery_boundary, body)
     assert [type(r).__name__ for r in results if not isinstance(r, asyncio.CancelledError)] == []
     # While waiting, each channel was subscribed once, on one connection
     assert subscribed == len(channels)
-    # After cancelling: no subscription left on any of their channels, one connection at most
+    assert during == 1
+    # After cancelling: no subscription left on any of their channels, and (nobody waiting)
+    # no Pub/Sub connection either
     assert after == [0] * len(channels)
-    assert connections <= 1
+    assert connections == 0
     assert later.status is InvocationStatus.READY
     # And closing the boundary's async side closes that connection too
     assert seal_clients(redis_client) == []

@@ -26,6 +26,7 @@ from boundary import (
 from boundary.errors import RETRYABLE_CODES
 from boundary.models import PENDING_TEXT
 from boundary.store import keys
+from boundary.store.aio import NOTIFY_CLIENT_NAME
 from tests.helpers import RUN_ID, FakeTool, envelope, key_of, make_run, register
 
 T = TypeVar("T")
@@ -167,6 +168,27 @@ def test_async_calls_on_an_unreachable_store_return_store_unavailable(
         assert outcome is not None
         assert outcome.error_code is ErrorCode.STORE_UNAVAILABLE
         assert "hunter2" not in outcome.model_dump_json()
+
+
+def test_a_loop_ended_without_aclose_is_left_with_nothing_of_ours(
+    background: ToolBoundary, registry: ToolRegistry, redis_client: redis.Redis
+) -> None:
+    # Given a loop that an SDK runs and closes as soon as its coroutine returns
+    register(registry)
+    loop = asyncio.new_event_loop()
+    try:
+        # When an async call runs on it, with no aclose
+        outcome = loop.run_until_complete(
+            background.ainvoke(envelope("call_1"), make_run(), timeout=5)
+        )
+        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    finally:
+        loop.close()
+    # Then the call is READY, no task of ours is left pending, no Pub/Sub connection open
+    assert outcome.status is InvocationStatus.READY
+    assert left == []
+    clients = redis_client.client_list()
+    assert [c for c in clients if c.get("name") == NOTIFY_CLIENT_NAME] == []
 
 
 # --- the outcome's properties and its one text for a model ------------------------------
