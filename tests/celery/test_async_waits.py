@@ -202,6 +202,21 @@ def seal_clients(redis_client: redis.Redis) -> list[dict[str, Any]]:
     return [c for c in redis_client.client_list() if c.get("name") == NOTIFY_CLIENT_NAME]
 
 
+def numsub(redis_client: redis.Redis, channels: list[str]) -> int:
+    return sum(n for _, n in redis_client.pubsub_numsub(*channels))
+
+
+async def settled(probe: Callable[[], int], expected: int, within_s: float = 10.0) -> int:
+    """``probe()`` once it equals ``expected`` (or its last value after ``within_s``): the
+    server sees subscriptions change a moment after the client asks."""
+    give_up = time.monotonic() + within_s
+    value = probe()
+    while value != expected and time.monotonic() < give_up:
+        await asyncio.sleep(0.02)
+        value = probe()
+    return value
+
+
 def test_cancelled_waits_leave_the_call_running_and_leak_nothing(
     celery_boundary: ToolBoundary, redis_client: redis.Redis
 ) -> None:
@@ -218,13 +233,12 @@ def test_cancelled_waits_leave_the_call_running_and_leak_nothing(
             asyncio.create_task(celery_boundary.aoutcome(k.run_id, k.tool_call_id, timeout=60))
             for k in waited
         ]
-        await asyncio.sleep(0.3)
-        subscribed = sum(redis_client.pubsub_numsub(*channels)[i][1] for i in range(len(channels)))
+        subscribed = await settled(lambda: numsub(redis_client, channels), len(channels))
         during = len(seal_clients(redis_client))
         for task in tasks:
             task.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.sleep(0.3)  # the UNSUBSCRIBEs go out on the notifier's writer
+        await settled(lambda: numsub(redis_client, channels), 0)
         after = [n for _, n in redis_client.pubsub_numsub(*channels)]
         connections = len(seal_clients(redis_client))
         # Then the call still runs and ends READY, readable by the same ids
