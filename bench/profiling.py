@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,8 @@ from typing import Any
 
 from bench.b1_throughput import measure
 from bench.sides import Ours, Side, call_ids
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Frames that are the boundary's own work inside a worker.
 BOUNDARY_STEPS = ("execute_step", "project_step")
@@ -80,27 +83,51 @@ def profile_worker(side: Side, pgid: int, calls: int, out: Path) -> dict[str, An
 
 
 def summarize_speedscope(path: Path, top: int = 30) -> dict[str, Any]:
-    """Share of samples in the boundary's steps, and the frames with most inclusive time."""
+    """Share of samples in the boundary's steps and under each of their callees, the frames
+    with most inclusive time, and the frames with most samples of their own (leaves)."""
     document = json.loads(path.read_text())
     frames = document["shared"]["frames"]
     stacks = [stack for profile in document["profiles"] for stack in profile["samples"] if stack]
     inclusive: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    under_steps: Counter[str] = Counter()
     steps = 0
     for stack in stacks:
         names = {_frame(frames[i]) for i in stack}
         inclusive.update(names)
-        steps += any(frames[i]["name"] in BOUNDARY_STEPS for i in stack)
+        leaves[_frame(frames[stack[-1]])] += 1
+        at = [n for n, i in enumerate(stack) if frames[i]["name"] in BOUNDARY_STEPS]
+        if at:
+            steps += 1
+            step = frames[stack[at[0]]]["name"]
+            callee = _func(frames[stack[at[0] + 1]]) if at[0] + 1 < len(stack) else "(itself)"
+            under_steps[f"{step} -> {callee}"] += 1
     total = len(stacks) or 1
     return {
         "samples": len(stacks),
         "boundary_steps_share": steps / total,
+        "under_steps": [(name, count / total) for name, count in under_steps.most_common(top)],
         "top_frames": [(name, count / total) for name, count in inclusive.most_common(top)],
+        "self_frames": [(name, count / total) for name, count in leaves.most_common(top)],
     }
 
 
+def _where(frame: dict[str, Any]) -> str:
+    """The frame's file, relative to site-packages, the repository or the stdlib."""
+    where = str(frame.get("file", ""))
+    for marker in ("site-packages/", f"{ROOT}/"):
+        if marker in where:
+            return where.rsplit(marker, maxsplit=1)[-1]
+    return re.sub(r"^.*/lib/python3\.\d+/", "", where)
+
+
+def _func(frame: dict[str, Any]) -> str:
+    """The frame's function and file, without its line: callees add up per function."""
+    return f"{frame['name']} ({_where(frame)})"
+
+
 def _frame(frame: dict[str, Any]) -> str:
-    where = str(frame.get("file", "")).split("site-packages/")[-1]
-    return f"{frame['name']} ({where}:{frame.get('line')})"
+    return f"{frame['name']} ({_where(frame)}:{frame.get('line')})"
 
 
 def _summary_text(name: str, summary: dict[str, Any]) -> str:
@@ -113,4 +140,8 @@ def _summary_text(name: str, summary: dict[str, Any]) -> str:
         "inclusive share of samples:",
     ]
     lines += [f"{share:6.1%}  {frame}" for frame, share in summary["top_frames"]]
+    lines += ["", "under the boundary's steps:"]
+    lines += [f"{share:6.1%}  {frame}" for frame, share in summary["under_steps"]]
+    lines += ["", "own samples (leaf frames):"]
+    lines += [f"{share:6.1%}  {frame}" for frame, share in summary["self_frames"]]
     return "\n".join(lines) + "\n"

@@ -236,32 +236,53 @@ def b6_scale_table(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
-def profile_table(runs: list[Run], top: int = 12) -> str:
-    """py-spy (GIL holder) of our worker and the fair peer's during one B1 measurement:
-    samples per call, the boundary's steps' share, and the frames with most samples."""
+def _profile_cell(summary: dict[str, Any], key: str, calls: int) -> str:
+    if not summary:
+        return "-"
+    if key == "per_call":
+        return f"{summary['samples'] / calls:.2f}" if calls else "-"
+    if key == "calls_per_s":
+        return f"{summary['calls_per_s']:.0f}"
+    return f"{summary['boundary_steps_share']:.1%}"
+
+
+def _share_rows(title: str, pairs: list[tuple[str, float]], top: int) -> list[str]:
+    if not pairs:
+        return []
+    rows = [f"| {title} | |", "|---|---|"]
+    rows += [f"| `{name}` | {share:.1%} |" for name, share in pairs[:top]]
+    return [*rows, ""]
+
+
+def profile_table(runs: list[Run], top: int = 10) -> str:
+    """py-spy (GIL holder) of our worker and the fair peer's during one B1 measurement per
+    pool: samples per call, where the boundary's steps spend theirs, and the leaf frames."""
     lines: list[str] = []
     for run in runs:
+        calls = run.document.get("meta", {}).get("sizes", {}).get("b1_calls", 0)
         for pool, sides in run.results.get("profiles", {}).items():
-            for side, summary in sides.items():
-                if not summary:
-                    continue
-                calls = run.document.get("meta", {}).get("sizes", {}).get("b1_calls", 0)
-                per_call = f", {summary['samples'] / calls:.2f} samples a call" if calls else ""
-                lines += [
-                    f"**{side}, {pool}** (`{run.path}`): {summary['samples']} samples{per_call}, "
-                    f"{summary['calls_per_s']:.0f} calls/s; in the boundary's steps: "
-                    f"{summary['boundary_steps_share']:.1%}",
-                    "",
-                    "| share of samples (inclusive) | frame |",
-                    "|---|---|",
-                ]
-                shown = [
-                    (frame, share)
-                    for frame, share in summary["top_frames"]
-                    if not frame.startswith("process ")
-                ]
-                lines += [f"| {share:.1%} | `{frame}` |" for frame, share in shown[:top]]
-                lines.append("")
+            ours, bare = sides.get("ours") or {}, sides.get("bare") or {}
+            lines += [f"**{pool}** (`{run.path}`, {calls} calls a side):", ""]
+            lines += ["| | ours | fair peer |", "|---|---|---|"]
+            for key, label in (
+                ("per_call", "GIL samples per call (250/s)"),
+                ("calls_per_s", "calls/s while profiled"),
+                ("steps", "samples in the boundary's steps"),
+            ):
+                lines.append(
+                    f"| {label} | {_profile_cell(ours, key, calls)} | "
+                    f"{_profile_cell(bare, key, calls)} |"
+                )
+            lines.append("")
+            lines += _share_rows(
+                "ours: under the steps (share of all samples)", ours.get("under_steps", []), top
+            )
+            lines += _share_rows(
+                "ours: own samples (leaf frames)", ours.get("self_frames", []), top
+            )
+            lines += _share_rows(
+                "fair peer: own samples (leaf frames)", bare.get("self_frames", []), top
+            )
     return "\n".join(lines).rstrip("\n") or "(no profile in these runs)"
 
 
