@@ -79,6 +79,9 @@ cli = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Markdown reflows a docstring's paragraphs to the terminal's width (its source line
+    # breaks are not sentence breaks).
+    rich_markup_mode="markdown",
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -358,28 +361,23 @@ def _print_summary(summary: dict[str, Any], as_json: bool, to_stderr: bool) -> N
     if as_json:
         typer.echo(_dumps(summary), err=to_stderr)
         return
-    table = Table(
-        "runs",
-        "projected",
-        "failed",
-        "facts",
-        "evidence",
-        "negative",
-        "excluded",
-        "omitted",
-        "elapsed",
-        title="reprocessed",
-    )
+    # One row per figure: the by-reason lists can be long, and nine columns do not fit 80.
+    table = Table("reprocessed", "", title="reprocessed", title_justify="left", show_header=False)
     failed = ", ".join(f"{k} {v}" for k, v in summary["failed"].items()) or "0"
     excluded = ", ".join(f"{k} {v}" for k, v in summary["excluded"].items()) or "0"
-    table.add_row(
-        *(str(summary[c]) for c in ("runs", "projected")),
-        failed,
-        *(str(summary[c]) for c in ("facts", "evidence", "negative")),
-        excluded,
-        str(summary["omitted"]),
-        f"{summary['elapsed_s']:.2f}s",
-    )
+    rows = {
+        "runs": str(summary["runs"]),
+        "projected": str(summary["projected"]),
+        "failed": failed,
+        "facts": str(summary["facts"]),
+        "evidence": str(summary["evidence"]),
+        "negative": str(summary["negative"]),
+        "excluded": excluded,
+        "omitted": str(summary["omitted"]),
+        "elapsed": f"{summary['elapsed_s']:.2f}s",
+    }
+    for name, value in rows.items():
+        table.add_row(name, value)
     Console(stderr=to_stderr, highlight=False).print(table)
 
 

@@ -20,12 +20,23 @@ FACT_CHARS = 160
 _STATUS_STYLE = {"READY": "green", "ERROR": "red", "PROJECTING": "bold red"}
 
 
-def calls_table() -> Table:
+#: Narrower terminals get the compact calls table (tool and tool_call_id in one column).
+WIDE_COLUMNS = 100
+#: The longest word of a step's label ("tool_call_id", "unauthorized"): never split.
+LABEL_MIN_WIDTH = 12
+
+
+def calls_table(width: int = WIDE_COLUMNS) -> Table:
+    """The calls table; below ``WIDE_COLUMNS`` the tool and its call id share a column, so
+    every column fits 80 columns without cutting a word."""
     table = Table(title="Tool calls, as they happen", title_justify="left")
     table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("the agent makes", overflow="fold", min_width=10)
-    table.add_column("tool", no_wrap=True)
-    table.add_column("tool_call_id", no_wrap=True)
+    table.add_column("the agent makes", min_width=LABEL_MIN_WIDTH)
+    if width >= WIDE_COLUMNS:
+        table.add_column("tool", no_wrap=True)
+        table.add_column("tool_call_id", no_wrap=True)
+    else:
+        table.add_column("tool\ntool_call_id", no_wrap=True)
     # READY + evidence status, or ERROR + error code (an error's evidence is always ERROR).
     table.add_column("status  evidence / error code", no_wrap=True)
     table.add_column("ms", justify="right", no_wrap=True)
@@ -39,9 +50,12 @@ def add_call(table: Table, number: int, call: CallReport) -> None:
         outcome.append(f"  {detail}")
     if not call.expected:
         outcome.append(" (unexpected)", style="bold red")
-    table.add_row(
-        str(number), call.step, call.tool, call.tool_call_id, outcome, f"{call.latency_ms:.0f}"
+    ids = (
+        [call.tool, call.tool_call_id]
+        if len(table.columns) == 6
+        else [f"{call.tool}\n{call.tool_call_id}"]
     )
+    table.add_row(str(number), call.step, *ids, outcome, f"{call.latency_ms:.0f}")
 
 
 def facts_table(facts: ObservedFacts) -> Table:
@@ -71,7 +85,7 @@ class LiveView:
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.table = calls_table()
+        self.table = calls_table(console.width)
         self.live: Live | None = None
         self.count = 0
 
