@@ -13,6 +13,7 @@ from boundary.errors import ConfigurationError
 from boundary.models import Projection
 from boundary.schema import (
     ANY_OBJECT,
+    SchemaError,
     compile_schema,
     failed_schema_path,
     first_paragraph,
@@ -53,8 +54,9 @@ class ToolSpec(BaseModel):
     #: A JSON Schema object for the arguments, or ``None`` for any JSON object.
     input_schema: dict[str, Any] | None = None
 
-    #: The compiled validator of ``input_schema``: built once, reused by every call.
-    _validator: Validator | None = PrivateAttr(default=None)
+    #: ``input_schema`` and its compiled validator: built once, reused by every call, and
+    #: built again if the schema object is replaced (``model_copy(update=...)`` copies this).
+    _compiled: tuple[dict[str, Any], Validator] | None = PrivateAttr(default=None)
 
     @field_validator("input_schema")
     @classmethod
@@ -65,7 +67,7 @@ class ToolSpec(BaseModel):
 
     def model_post_init(self, context: Any, /) -> None:
         if self.input_schema is not None:
-            self._validator = compile_schema(self.input_schema)
+            self._compiled = (self.input_schema, compile_schema(self.input_schema))
 
     @property
     def arguments_schema(self) -> dict[str, Any]:
@@ -103,9 +105,18 @@ class ToolSpec(BaseModel):
     def schema_violation(self, arguments: Mapping[str, Any]) -> str | None:
         """``None`` when ``arguments`` satisfy ``input_schema``, else the JSON Pointer of the
         schema keyword they fail. Never raises, never names a value."""
-        if self._validator is None:
+        schema = self.input_schema
+        if schema is None:
             return None
-        return failed_schema_path(self._validator, arguments)
+        compiled = self._compiled
+        if compiled is None or compiled[0] is not schema:
+            try:
+                compiled = (schema, compile_schema(schema))
+            except SchemaError:
+                # Only an unvalidated copy can hold a broken schema: refuse every call.
+                return "/"
+            self._compiled = compiled
+        return failed_schema_path(compiled[1], arguments)
 
 
 class ToolRegistry:

@@ -78,6 +78,18 @@ class TestDeclaration:
         assert type(compile_schema(draft7)).__name__ == "Draft7Validator"
         assert type(compile_schema({"type": "object"})).__name__ == "Draft202012Validator"
 
+    def test_a_copy_with_another_schema_validates_against_that_schema(self) -> None:
+        declared = spec()
+        copied = declared.model_copy(update={"input_schema": {"type": "object", "required": ["x"]}})
+        without = declared.model_copy(update={"input_schema": None})
+        broken = declared.model_copy(update={"input_schema": {"type": "strnig"}})
+
+        assert declared.schema_violation({"limit": 3}) == "/required"
+        assert copied.schema_violation({"query": "a"}) == "/required"
+        assert copied.schema_violation({"x": 1}) is None
+        assert without.schema_violation({"anything": 1}) is None
+        assert broken.schema_violation({"query": "a"}) == "/"
+
     def test_schema_paths_are_json_pointers(self) -> None:
         assert schema_path(["properties", "limit", "maximum"]) == "/properties/limit/maximum"
         assert schema_path(["properties", "a/b~c"]) == "/properties/a~1b~0c"
