@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from itertools import permutations
 from typing import Any
 
@@ -97,7 +97,6 @@ def submit_parts(ours: Ours, samples: int) -> dict[str, float]:
         run = ours.run(run_id)
         envelope = ours.envelope(run_id, call_id)
         now = datetime.now(UTC)
-        reap_at = now + timedelta(seconds=boundary.max_pending_s + boundary.reap_grace_s)
         began = time.perf_counter()
         checked = preflight(envelope, run, boundary.registry, boundary.store.limits, now)
         preflighted = time.perf_counter()
@@ -107,7 +106,8 @@ def submit_parts(ours: Ours, samples: int) -> dict[str, float]:
             tool_name=checked.spec.name,
             request=checked.request,
             deadline=None,
-            reap_at=reap_at,
+            max_pending_s=boundary.max_pending_s,
+            reap_grace_s=boundary.reap_grace_s,
             max_run_calls=None,
             max_tool_calls=None,
         )

@@ -66,7 +66,7 @@ def scale(store: RedisCanonicalStore, records: int) -> dict[str, Any]:
     sealed_bytes = _used_memory(client) - before
     overdue = datetime.now(UTC) - timedelta(seconds=1)
     pending_runs = max(PENDING_CALLS // CALLS_PER_RUN, 1)
-    write_pending(store, _keys("b6s-stuck", pending_runs), reap_at=overdue)
+    write_pending(store, _keys("b6s-stuck", pending_runs), deadline=overdue)
     sample = CanonicalKey(run_id="b6s-run-0", tool_call_id="call_0")
     sample_key = store_keys.record_key(sample)
     reaper_s, due = _timed(lambda: store.due_pending(datetime.now(UTC), limit=1000))

@@ -10,7 +10,7 @@ Lua, as ``create``, ``store_raw`` and ``seal`` would make it, at a fraction of t
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -64,7 +64,6 @@ def write_sealed(
     batch = RedisCanonicalStore(client=deferred, ttl_s=store.ttl_s, limits=store.limits)
     raw = canonical_json(payload(raw_bytes))
     agent_result = canonical_json(result or {"hits": 1, "top": "x" * 40})
-    reap_at = datetime.now(UTC) + timedelta(hours=1)
     written = 0
     for key in calls:
         batch.create(
@@ -72,7 +71,8 @@ def write_sealed(
             tool_name=NOOP,
             request=canonical_json({"query": f"q {key.tool_call_id}"}),
             deadline=None,
-            reap_at=reap_at,
+            max_pending_s=3600,
+            reap_grace_s=0,
             max_run_calls=None,
             max_tool_calls=None,
         )
@@ -86,10 +86,10 @@ def write_sealed(
 
 
 def write_pending(
-    store: RedisCanonicalStore, calls: Iterable[CanonicalKey], *, reap_at: datetime
+    store: RedisCanonicalStore, calls: Iterable[CanonicalKey], *, deadline: datetime
 ) -> int:
     """Creates each call PROJECTING (a call a worker never finished), due for the reaper at
-    ``reap_at``; returns the count."""
+    its ``deadline``; returns the count."""
     deferred = DeferredScripts(store.client)  # type: ignore[arg-type]
     batch = RedisCanonicalStore(client=deferred, ttl_s=store.ttl_s, limits=store.limits)
     written = 0
@@ -98,8 +98,9 @@ def write_pending(
             key,
             tool_name=NOOP,
             request=canonical_json({"query": f"q {key.tool_call_id}"}),
-            deadline=None,
-            reap_at=reap_at,
+            deadline=deadline,
+            max_pending_s=3600,
+            reap_grace_s=0,
             max_run_calls=None,
             max_tool_calls=None,
         )
@@ -118,7 +119,8 @@ def ensure_scripts(store: RedisCanonicalStore) -> None:
         tool_name=NOOP,
         request="{}",
         deadline=None,
-        reap_at=datetime.now(UTC) + timedelta(minutes=1),
+        max_pending_s=60,
+        reap_grace_s=0,
         max_run_calls=None,
         max_tool_calls=None,
     )

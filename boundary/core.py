@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -138,17 +138,18 @@ class ToolBoundary(AsyncCalls):
         if isinstance(checked, Rejected):
             return self._rejected(envelope, None, checked.code, path=checked.path)
         deadline = run.deadline
-        # The reaper may seal the call WORKER_LOST once it is PROJECTING past its run's
-        # deadline or ``max_pending_s``, whichever comes first, plus the grace.
-        latest = now + timedelta(seconds=self.max_pending_s)
-        reap_at = min(deadline or latest, latest) + timedelta(seconds=self.reap_grace_s)
         return Prepared(
             key=checked.key,
             create={
                 "tool_name": checked.spec.name,
                 "request": checked.request,
                 "deadline": deadline,
-                "reap_at": reap_at,
+                # The reaper may seal the call WORKER_LOST once it is PROJECTING past its
+                # run's deadline or ``max_pending_s``, whichever comes first, plus the grace:
+                # durations, counted by the store from its own clock (Redis TIME), so this
+                # process's clock being off moves no reap time.
+                "max_pending_s": self.max_pending_s,
+                "reap_grace_s": self.reap_grace_s,
                 "max_run_calls": run.max_tool_calls,
                 "max_tool_calls": run.max_calls_per_tool.get(checked.spec.name),
             },

@@ -234,7 +234,10 @@ def execute_step(
         return ExecuteResult.SEALED
     if record.raw is not None:
         return ExecuteResult.STORED
-    if record.deadline is not None and record.deadline <= (now or datetime.now(UTC)):
+    if record.deadline is not None and now is None:
+        # The store's clock, as for reap times: a worker's own clock may be off.
+        now = store.now()
+    if record.deadline is not None and now is not None and record.deadline <= now:
         # The deadline passed while the call waited for a worker: the tool never runs.
         _seal_error(store, key, ErrorCode.RUN_DEADLINE_EXCEEDED)
         return ExecuteResult.SEALED

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from billiard.exceptions import WorkerLostError
@@ -113,7 +112,9 @@ def reap_stuck_calls() -> dict[str, int]:
     """Seals ERROR/WORKER_LOST every call still PROJECTING past its deadline plus grace."""
     try:
         store = get_runtime().store
-        due = store.due_pending(datetime.now(UTC))
+        # The store's clock (Redis TIME), not this host's: a reaper whose clock runs ahead
+        # must not seal live calls.
+        due = store.due_pending()
         sealed = sum(
             1 for key in due if store.seal_error(key, ErrorCode.WORKER_LOST) is WriteStatus.OK
         )

@@ -9,7 +9,6 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
@@ -179,7 +178,8 @@ def create_projecting(
         tool_name=tool_name,
         request=request,
         deadline=None,
-        reap_at=datetime.now(UTC) + timedelta(hours=1),
+        max_pending_s=3600,
+        reap_grace_s=0,
         max_run_calls=None,
         max_tool_calls=None,
     )

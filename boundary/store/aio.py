@@ -154,7 +154,8 @@ class AsyncRedisStore:
         tool_name: str,
         request: str,
         deadline: datetime | None,
-        reap_at: datetime,
+        max_pending_s: float,
+        reap_grace_s: float,
         max_run_calls: int | None,
         max_tool_calls: int | None,
     ) -> CreateResult:
@@ -163,10 +164,10 @@ class AsyncRedisStore:
             tool_name=tool_name,
             request=request,
             deadline=deadline,
-            reap_at=reap_at,
+            max_pending_s=max_pending_s,
+            reap_grace_s=reap_grace_s,
             max_run_calls=max_run_calls,
             max_tool_calls=max_tool_calls,
-            now_ms=self._now_ms(),
             ttl_ms=int(self.ttl_s * 1000),
         )
         with _translated():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
@@ -111,7 +111,8 @@ class AsyncStore(Protocol):
         tool_name: str,
         request: str,
         deadline: datetime | None,
-        reap_at: datetime,
+        max_pending_s: float,
+        reap_grace_s: float,
         max_run_calls: int | None,
         max_tool_calls: int | None,
     ) -> CreateResult: ...
@@ -142,12 +143,14 @@ class CanonicalStore(ABC):
         tool_name: str,
         request: str,
         deadline: datetime | None,
-        reap_at: datetime,
+        max_pending_s: float,
+        reap_grace_s: float,
         max_run_calls: int | None,
         max_tool_calls: int | None,
     ) -> CreateResult:
         """Atomically: refuse a duplicate, consume budgets, write the record PROJECTING,
-        set its TTL (the only place a TTL is set)."""
+        set its TTL (the only place a TTL is set), and its reap time: ``min(deadline, now +
+        max_pending_s) + reap_grace_s``, ``now`` being the store's clock."""
 
     @abstractmethod
     def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
@@ -197,9 +200,14 @@ class CanonicalStore(ABC):
         them in a few round trips; this default reads them one by one."""
         return {run_id: self.progress(run_id) for run_id in run_ids}
 
+    def now(self) -> datetime:
+        """The store's clock: the one clock every deadline and reap time is measured on."""
+        return datetime.now(UTC)
+
     @abstractmethod
-    def due_pending(self, now: datetime, limit: int = 1000) -> list[CanonicalKey]:
-        """PROJECTING calls whose reap time has passed, across runs."""
+    def due_pending(self, now: datetime | None = None, limit: int = 1000) -> list[CanonicalKey]:
+        """PROJECTING calls whose reap time has passed, across runs, at ``now`` (default: the
+        store's clock, never the caller's)."""
 
     @abstractmethod
     def run_ids(self) -> Iterator[str]:

@@ -145,24 +145,24 @@ def create_args(
     tool_name: str,
     request: str,
     deadline: datetime | None,
-    reap_at: datetime,
+    max_pending_s: float,
+    reap_grace_s: float,
     max_run_calls: int | None,
     max_tool_calls: int | None,
-    now_ms: int,
     ttl_ms: int,
 ) -> tuple[list[str], list[str | int]]:
-    """KEYS and ARGV of ``create.lua``."""
+    """KEYS and ARGV of ``create.lua`` (durations: the script reads the time from Redis)."""
     argv: list[str | int] = [
         key.run_id,
         key.tool_call_id,
         tool_name,
         request,
-        now_ms,
+        max(int(max_pending_s * 1000), 0),
         "" if deadline is None else ms(deadline),
         ttl_ms,
         -1 if max_run_calls is None else max_run_calls,
         -1 if max_tool_calls is None else max_tool_calls,
-        ms(reap_at),
+        max(int(reap_grace_s * 1000), 0),
         key.identity,
     ]
     run_keys = [keys.record_key(key), keys.budget_key(key.run_id), keys.pending_key(key.run_id)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -131,7 +131,8 @@ class RedisCanonicalStore(CanonicalStore):
         tool_name: str,
         request: str,
         deadline: datetime | None,
-        reap_at: datetime,
+        max_pending_s: float,
+        reap_grace_s: float,
         max_run_calls: int | None,
         max_tool_calls: int | None,
     ) -> CreateResult:
@@ -140,10 +141,10 @@ class RedisCanonicalStore(CanonicalStore):
             tool_name=tool_name,
             request=request,
             deadline=deadline,
-            reap_at=reap_at,
+            max_pending_s=max_pending_s,
+            reap_grace_s=reap_grace_s,
             max_run_calls=max_run_calls,
             max_tool_calls=max_tool_calls,
-            now_ms=self._now_ms(),
             ttl_ms=int(self.ttl_s * 1000),
         )
         with _translated():
@@ -232,8 +233,15 @@ class RedisCanonicalStore(CanonicalStore):
         }
         return {run_id: progress_entries(entries, found) for run_id, entries in parsed.items()}
 
-    def due_pending(self, now: datetime, limit: int = 1000) -> list[CanonicalKey]:
+    def now(self) -> datetime:
+        with _translated():
+            seconds, micros = self.client.time()
+        return datetime.fromtimestamp(int(seconds) + int(micros) / 1e6, tz=UTC)
+
+    def due_pending(self, now: datetime | None = None, limit: int = 1000) -> list[CanonicalKey]:
         due: list[CanonicalKey] = []
+        if now is None:
+            now = self.now()
         with _translated():
             for pending in self.client.scan_iter(match=keys.PENDING_PATTERN, count=SCAN_COUNT):
                 members: list[str] = self.client.zrangebyscore(  # type: ignore[assignment]

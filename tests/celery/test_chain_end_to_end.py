@@ -200,7 +200,8 @@ def test_outcome_of_a_record_sealed_without_a_celery_result_does_not_wait(
         tool_name="lookup",
         request="{}",
         deadline=None,
-        reap_at=datetime.now(UTC),
+        max_pending_s=0,
+        reap_grace_s=0,
         max_run_calls=None,
         max_tool_calls=None,
     )

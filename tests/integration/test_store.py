@@ -46,7 +46,6 @@ def test_create_writes_one_projecting_record_with_a_run_sequence(
     store: RedisCanonicalStore, redis_client: redis.Redis
 ) -> None:
     # Given an empty store
-    reap_at = datetime.now(UTC) + timedelta(hours=1)
     deadline = datetime.now(UTC) + timedelta(minutes=5)
     # When two calls of the run are created
     results = [
@@ -55,7 +54,8 @@ def test_create_writes_one_projecting_record_with_a_run_sequence(
             tool_name=TOOL,
             request='{"q":"é"}',
             deadline=deadline,
-            reap_at=reap_at,
+            max_pending_s=3600,
+            reap_grace_s=0,
             max_run_calls=None,
             max_tool_calls=None,
         )
@@ -92,7 +92,8 @@ def test_create_refuses_a_duplicate_without_touching_anything(
         tool_name="other",
         request="{}",
         deadline=None,
-        reap_at=datetime.now(UTC),
+        max_pending_s=0,
+        reap_grace_s=0,
         max_run_calls=None,
         max_tool_calls=None,
     )
@@ -334,16 +335,17 @@ def test_writes_on_an_expired_key_do_not_recreate_it(redis_client: redis.Redis, 
 def test_due_pending_lists_calls_past_their_reap_time(store: RedisCanonicalStore) -> None:
     # Given one call due for the reaper and one not yet, and one already sealed
     now = datetime.now(UTC)
-    for call_id, reap_at in (
+    for call_id, deadline in (
         ("due", now - timedelta(seconds=1)),
-        ("later", now + timedelta(hours=1)),
+        ("later", None),
     ):
         store.create(
             key_of(call_id),
             tool_name=TOOL,
             request="{}",
-            deadline=None,
-            reap_at=reap_at,
+            deadline=deadline,
+            max_pending_s=3600,
+            reap_grace_s=0,
             max_run_calls=None,
             max_tool_calls=None,
         )

@@ -8,12 +8,16 @@
 -- ARGV[2] = tool_call_id
 -- ARGV[3] = tool_name
 -- ARGV[4] = request (canonical JSON)
--- ARGV[5] = now, epoch ms
+-- ARGV[5] = max pending, ms: how long the call may stay PROJECTING, from now (Redis TIME)
 -- ARGV[6] = deadline, epoch ms, or "" for none
 -- ARGV[7] = ttl, ms (> 0)
 -- ARGV[8] = run budget, or -1 for no limit
 -- ARGV[9] = tool budget, or -1 for no limit
--- ARGV[10] = reap_at, epoch ms: when the reaper may seal the call if it is still PROJECTING
+-- ARGV[10] = reap grace, ms: the reaper may seal the call if it is still PROJECTING at
+--            min(deadline, now + max pending) + grace
+--
+-- Every time here is Redis's (TIME), never the caller's clock: a submitter whose clock is
+-- hours off still gets the reap time it asked for.
 -- ARGV[11] = identity (run_id:tool_call_id), the member in the pending set
 --
 -- Returns {1, seq} created; {0, "DUPLICATE"}; {0, "RUN_BUDGET"}; {0, "TOOL_BUDGET"}.
@@ -36,6 +40,14 @@ if tool_budget >= 0 and tool_calls >= tool_budget then
   return {0, "TOOL_BUDGET"}
 end
 
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local reap_at = now + tonumber(ARGV[5])
+if ARGV[6] ~= "" and tonumber(ARGV[6]) < reap_at then
+  reap_at = tonumber(ARGV[6])
+end
+reap_at = reap_at + tonumber(ARGV[10])
+
 local seq = redis.call("HINCRBY", KEYS[2], "calls", 1)
 redis.call("HINCRBY", KEYS[2], tool_field, 1)
 
@@ -46,12 +58,12 @@ redis.call("HSET", KEYS[1],
   "status", "PROJECTING",
   "request", ARGV[4],
   "seq", seq,
-  "created_at", ARGV[5],
-  "updated_at", ARGV[5],
+  "created_at", now,
+  "updated_at", now,
   "deadline", ARGV[6])
 redis.call("PEXPIRE", KEYS[1], ttl)
 
-redis.call("ZADD", KEYS[3], ARGV[10], ARGV[11])
+redis.call("ZADD", KEYS[3], reap_at, ARGV[11])
 
 -- Run keys live at least as long as the newest record of the run.
 if redis.call("PTTL", KEYS[2]) < ttl then

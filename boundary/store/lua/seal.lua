@@ -11,7 +11,7 @@
 -- ARGV[3] = agent result (canonical JSON), or "" for none
 -- ARGV[4] = scope (canonical JSON), or "" for none
 -- ARGV[5] = error code, or "" for none
--- ARGV[6] = now, epoch ms
+-- ARGV[6] = unused (the caller's clock once; the time is Redis TIME)
 -- ARGV[7] = identity (run_id:tool_call_id)
 -- ARGV[8] = diagnostic (JSON: exception type and frame, never a message), or "" for none
 -- ARGV[9] = channel to announce the seal on (tb:{run}:sealed), or absent/"" for none
@@ -34,6 +34,9 @@ else
   return -2
 end
 
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
 local current = redis.call("HGET", KEYS[1], "status")
 if not current then
   -- Gone (expired): nothing is written, but a pending entry for it is dropped.
@@ -44,7 +47,7 @@ if current ~= "PROJECTING" then
   return -1
 end
 
-redis.call("HSET", KEYS[1], "status", status, "evidence_status", evidence, "updated_at", ARGV[6])
+redis.call("HSET", KEYS[1], "status", status, "evidence_status", evidence, "updated_at", now)
 if ARGV[3] ~= "" then
   redis.call("HSET", KEYS[1], "agent_result", ARGV[3])
 end
@@ -60,7 +63,7 @@ end
 
 -- The progress member carries the record's expiry so a reader can tell expired from missing.
 local pttl = redis.call("PTTL", KEYS[1])
-local expires_at = tonumber(ARGV[6]) + pttl
+local expires_at = now + pttl
 local seq = redis.call("HGET", KEYS[1], "seq")
 redis.call("ZADD", KEYS[2], seq, ARGV[7] .. ":" .. expires_at)
 redis.call("ZREM", KEYS[3], ARGV[7])

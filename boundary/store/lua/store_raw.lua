@@ -3,7 +3,7 @@
 --
 -- KEYS[1] = record key
 -- ARGV[1] = raw (canonical JSON)
--- ARGV[2] = now, epoch ms
+-- ARGV[2] = unused (the caller's clock once; the time is Redis TIME)
 --
 -- Returns 1 stored; 0 missing or expired; -1 not PROJECTING; -2 raw already stored.
 
@@ -17,5 +17,7 @@ end
 if redis.call("HEXISTS", KEYS[1], "raw") == 1 then
   return -2
 end
-redis.call("HSET", KEYS[1], "raw", ARGV[1], "updated_at", ARGV[2])
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call("HSET", KEYS[1], "raw", ARGV[1], "updated_at", now)
 return 1
