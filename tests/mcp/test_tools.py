@@ -121,6 +121,15 @@ async def an_unknown_run_executes_nothing(client: Client, store: RedisCanonicalS
     assert record(store, "call-x", run_id="run-unknown") is None
 
 
+async def a_closed_run_executes_nothing(client: Client, store: RedisCanonicalStore) -> None:
+    # The Harness closes the run (the last check: nothing after it can use the run)
+    assert store.close_run(RUN_ID) is True
+    result = await client.call_tool("lookup", {"query": "x"}, meta=call_meta("call-closed"))
+    assert result.is_error is True
+    assert result.structured_content["error_code"] == "RUN_NOT_FOUND"
+    assert record(store, "call-closed") is None
+
+
 CHECKS: list[Check] = [
     tools_are_listed_read_only_with_their_schema,
     a_call_ends_ready_with_the_bounded_result_and_its_ids,
@@ -128,6 +137,7 @@ CHECKS: list[Check] = [
     a_repeated_tool_call_id_is_refused_and_not_executed,
     a_failing_tool_is_an_error_result_with_its_code_only,
     an_unknown_run_executes_nothing,
+    a_closed_run_executes_nothing,
 ]
 
 
@@ -146,13 +156,13 @@ def test_over_stdio(opened_run: RunContext, store: RedisCanonicalStore) -> None:
     # One server launched by the client; every check in its session, in order
     async def scenario() -> None:
         async with stdio_client("--run", RUN_ID) as client:
-            for check in CHECKS:
-                await check(client, store)
-            # And a request that names no run is a call of the server's --run
+            # A request that names no run is a call of the server's --run
             meta = call_meta("call-server-run", run_id=None)
             result = await client.call_tool("lookup", {"query": "x"}, meta=meta)
             assert result.is_error is False
             assert result.meta[RUN_ID_META] == RUN_ID
+            for check in CHECKS:
+                await check(client, store)
 
     anyio.run(scenario)
 
