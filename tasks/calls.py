@@ -15,10 +15,10 @@ from pydantic import ValidationError
 
 from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome
 from boundary.steps import execute_step, limit_tool_threads, project_step
-from boundary.store import WriteStatus
-from tasks.app import EXECUTE, PROJECT, REAP, app
+from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, REAP, app
 from tasks.exits import EXIT_USAGE
 from tasks.failures import CodeOnlyFailures, ToolCallFailed
+from tasks.reaper import reap_once
 from tasks.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def execute_tool(run_id: str, tool_call_id: str) -> str:
 
 
 @app.task(name=PROJECT, acks_late=True, base=CodeOnlyFailures)
-def project_result(run_id: str, tool_call_id: str) -> dict[str, Any]:
+def project_result(run_id: str, tool_call_id: str, attempt: int = 0) -> dict[str, Any]:
     """Projects the raw response, seals the record; the result is the bounded outcome.
 
     An ERROR outcome ends the task in FAILURE with ``ToolCallFailed(<code>)`` and no
@@ -101,29 +101,59 @@ def project_result(run_id: str, tool_call_id: str) -> dict[str, Any]:
     except Exception as exc:
         logger.error("project %s failed: %s", key.identity, type(exc).__name__)
         outcome = ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+        _resend_after_store_failure(key, attempt)
     if outcome.error_code is not None:
         # Raised outside any except block: no other exception rides along as its context.
         raise ToolCallFailed(outcome.error_code.value)
     return outcome.model_dump(mode="json")
 
 
+def send_projection(key: CanonicalKey, *, attempt: int = 0, countdown: float = 0) -> None:
+    """Sends a call's project step (again), under its usual task id so its waiters wake."""
+    ids = (key.run_id, key.tool_call_id)
+    project_result.apply_async(
+        args=ids,
+        kwargs={"attempt": attempt} if attempt else {},
+        task_id=key.task_id("project"),
+        queue=PROJECTIONS_QUEUE,
+        countdown=countdown or None,
+        argsrepr=repr(ids),
+        kwargsrepr=repr({"attempt": attempt}) if attempt else "{}",
+    )
+
+
+def _resend_after_store_failure(key: CanonicalKey, attempt: int) -> None:
+    """The store failed under the project step (the record is still PROJECTING): send the
+    step again after a growing delay rather than leave the call to the reaper, which may be
+    an hour away. The reaper stays the backstop (a broker on the same failed Redis)."""
+    settings = get_runtime().settings
+    if attempt >= settings.project_resends:
+        return
+    delay = min(STORE_RETRY_DELAY_S * 2 ** (attempt + 2), 60.0)
+    try:
+        send_projection(key, attempt=attempt + 1, countdown=delay)
+        logger.warning("project %s sent again in %.0fs (store failed)", key.identity, delay)
+    except Exception as exc:
+        logger.error("project %s not sent again: %s", key.identity, type(exc).__name__)
+
+
 @app.task(name=REAP)
 def reap_stuck_calls() -> dict[str, int]:
-    """Seals ERROR/WORKER_LOST every call still PROJECTING past its deadline plus grace."""
+    """Re-projects each call past its reap time whose raw response is kept; seals the others
+    ERROR/WORKER_LOST (see ``tasks.reaper``)."""
     try:
-        store = get_runtime().store
-        # The store's clock (Redis TIME), not this host's: a reaper whose clock runs ahead
-        # must not seal live calls.
-        due = store.due_pending()
-        sealed = sum(
-            1 for key in due if store.seal_error(key, ErrorCode.WORKER_LOST) is WriteStatus.OK
+        runtime = get_runtime()
+        settings = runtime.settings
+        reaped = reap_once(
+            runtime.store,
+            send_projection,
+            retry_after_s=settings.projection_timeout_s + settings.reap_grace_s,
+            max_reprojections=settings.max_reprojections,
         )
     except Exception as exc:
         logger.error("reaper failed: %s", type(exc).__name__)
-        return {"due": 0, "sealed": 0}
-    if sealed:
-        logger.warning("reaper sealed %d stuck call(s) WORKER_LOST", sealed)
-    return {"due": len(due), "sealed": sealed}
+        return {"due": 0, "sealed": 0, "reprojected": 0}
+    return reaped.as_dict()
 
 
 @signals.task_failure.connect(sender=execute_tool)

@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     #: Threads a worker process may start for tools and projectors: each hung one holds a
     #: thread for good, so past this many hung at once, later runs time out unstarted.
     max_tool_threads: int = Field(default=DEFAULT_MAX_TOOL_THREADS, ge=1)
+    #: Times the reaper sends the project step of a call again whose raw response is kept
+    #: (its worker died before sealing it); past that the call is sealed WORKER_LOST.
+    max_reprojections: int = Field(default=2, ge=0)
+    #: Times a project step whose store failed under it is sent again (with a growing delay)
+    #: instead of leaving the call PROJECTING for the reaper.
+    project_resends: int = Field(default=5, ge=0)
     #: Seconds a broker publish may take (connecting included) before dispatch fails.
     publish_timeout_s: float = Field(default=5.0, gt=0)
     #: Publish a task-sent event for every task sent (Flower then shows a call's tasks as

@@ -40,6 +40,20 @@ class HangingProjector(HitsProjector):
         return super().project(raw, request)
 
 
+class DiesOnceProjector(HitsProjector):
+    """Kills its process the first time it runs for a marker path (``request["marker"]``):
+    a worker lost between keeping the raw response and sealing the record."""
+
+    def project(self, raw: Any, request: dict[str, Any]) -> Projection:
+        marker = request.get("marker")
+        if marker and not os.path.exists(marker):
+            open(marker, "w").close()
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().project(raw, request)
+
+
 class RaisingProjector:
     def project(self, raw: Any, request: dict[str, Any]) -> Projection:
         raise RuntimeError(f"projector broke: {SECRET} {SECRET_URL} {STACK}")
@@ -151,6 +165,7 @@ def build_registry() -> ToolRegistry:
             spec("together", together),
             spec("bad_projector", lookup, RaisingProjector()),
             spec("hung_projector", lookup, HangingProjector()),
+            spec("dies_projecting", lookup, DiesOnceProjector()),
             spec("invalid_evidence", lookup, InvalidEvidenceProjector()),
             spec("huge_raw", huge_raw),
             spec("huge_result", lookup, HugeResultProjector()),

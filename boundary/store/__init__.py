@@ -6,6 +6,7 @@ from boundary.store.base import (
     CreateStatus,
     OpenRunStatus,
     ProgressEntry,
+    ReapDecision,
     RunSummary,
     WriteStatus,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "CreateStatus",
     "OpenRunStatus",
     "ProgressEntry",
+    "ReapDecision",
     "RedisCanonicalStore",
     "RunSummary",
     "WriteStatus",

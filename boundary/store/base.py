@@ -47,6 +47,17 @@ class CreateResult:
     seq: int | None = None
 
 
+class ReapDecision(StrEnum):
+    """What the reaper does with a call still PROJECTING past its reap time."""
+
+    #: Its raw response is kept: project it again (its reap time moved on).
+    REPROJECT = "REPROJECT"
+    #: Nothing to project, or re-projections used up: seal it WORKER_LOST.
+    SEAL = "SEAL"
+    #: Already sealed, missing or expired: nothing to do.
+    GONE = "GONE"
+
+
 class WriteStatus(StrEnum):
     """Result of a conditional write (store raw, seal)."""
 
@@ -199,6 +210,13 @@ class CanonicalStore(ABC):
         """``progress`` of many runs at once (batch reprocessing). An implementation reads
         them in a few round trips; this default reads them one by one."""
         return {run_id: self.progress(run_id) for run_id in run_ids}
+
+    def requeue_due(
+        self, key: CanonicalKey, *, retry_after_s: float, max_reprojections: int
+    ) -> ReapDecision:
+        """Decides a due call's fate (see ``ReapDecision``); a store that cannot re-project
+        seals every due call."""
+        return ReapDecision.SEAL
 
     def now(self) -> datetime:
         """The store's clock: the one clock every deadline and reap time is measured on."""

@@ -34,6 +34,7 @@ from boundary.store.base import (
     CreateResult,
     OpenRunStatus,
     ProgressEntry,
+    ReapDecision,
     RunSummary,
     WriteStatus,
 )
@@ -68,6 +69,7 @@ RedisClient = redis.Redis | redis.cluster.RedisCluster
 _CREATE = load_script("create")
 _STORE_RAW = load_script("store_raw")
 _SEAL = load_script("seal")
+_REQUEUE = load_script("requeue")
 
 
 class RedisCanonicalStore(CanonicalStore):
@@ -98,6 +100,7 @@ class RedisCanonicalStore(CanonicalStore):
         self._create = client.register_script(_CREATE)
         self._store_raw = client.register_script(_STORE_RAW)
         self._seal = client.register_script(_SEAL)
+        self._requeue = client.register_script(_REQUEUE)
         self._runs = RedisRuns(client, ttl_s, self._now_ms)
 
     @classmethod
@@ -232,6 +235,21 @@ class RedisCanonicalStore(CanonicalStore):
             for k, values in zip(own, replies, strict=True)
         }
         return {run_id: progress_entries(entries, found) for run_id, entries in parsed.items()}
+
+    def requeue_due(
+        self, key: CanonicalKey, *, retry_after_s: float, max_reprojections: int
+    ) -> ReapDecision:
+        run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
+        argv: list[str | int] = [
+            key.identity,
+            max(int(retry_after_s * 1000), 1),
+            max_reprojections,
+        ]
+        with _translated():
+            code = int(self._requeue(keys=run_keys, args=argv))
+        if code >= 1:
+            return ReapDecision.REPROJECT
+        return ReapDecision.GONE if code in (0, -1) else ReapDecision.SEAL
 
     def now(self) -> datetime:
         with _translated():

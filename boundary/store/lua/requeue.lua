@@ -1,0 +1,37 @@
+-- requeue: what the reaper does with a call still PROJECTING past its reap time.
+-- A call whose raw response is kept lost the worker that was projecting it: it is projected
+-- again (a bounded number of times) instead of sealed WORKER_LOST, and its reap time moves
+-- to now + retry_after so the next reaper pass does not send it twice.
+--
+-- KEYS[1] = record key
+-- KEYS[2] = pending key     tb:{run}:pending
+-- ARGV[1] = identity (run_id:tool_call_id)
+-- ARGV[2] = retry after, ms
+-- ARGV[3] = most re-projections of one call
+--
+-- Returns n >= 1: project again (the n-th re-projection); 0 missing or expired (the pending
+-- entry is dropped); -1 not PROJECTING (dropped); -3 no raw response; -4 re-projections used up.
+-- Times are Redis TIME.
+
+local status = redis.call("HGET", KEYS[1], "status")
+if not status then
+  redis.call("ZREM", KEYS[2], ARGV[1])
+  return 0
+end
+if status ~= "PROJECTING" then
+  redis.call("ZREM", KEYS[2], ARGV[1])
+  return -1
+end
+if redis.call("HEXISTS", KEYS[1], "raw") == 0 then
+  return -3
+end
+local done = tonumber(redis.call("HGET", KEYS[1], "reprojections") or "0")
+if done >= tonumber(ARGV[3]) then
+  return -4
+end
+-- A field write on an existing hash: the record keeps its TTL.
+redis.call("HSET", KEYS[1], "reprojections", done + 1)
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call("ZADD", KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+return done + 1
