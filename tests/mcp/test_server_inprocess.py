@@ -11,8 +11,15 @@ import redis
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from boundary import InProcessDispatcher, RedisCanonicalStore, RunContext, ToolBoundary
-from tasks.mcp_server.client import TasksExtension
+from boundary import (
+    CanonicalKey,
+    InProcessDispatcher,
+    RedisCanonicalStore,
+    RunContext,
+    ToolBoundary,
+)
+from boundary.store import keys
+from tasks.mcp_server.client import TasksExtension, get_task
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.server import build_server
 from tests.celery_tools import SECRET, SECRET_URL, registry
@@ -71,3 +78,29 @@ def test_a_2025_client_declaring_tasks_still_gets_a_plain_result(boundary: ToolB
     assert version == "2025-11-25"
     assert result.is_error is False
     assert result.structured_content["status"] == "READY"
+
+
+def test_a_tasks_ttl_follows_its_records_expiry_and_an_expired_task_is_not_found(
+    boundary: ToolBoundary, redis_client: redis.Redis
+) -> None:
+    key = keys.record_key(CanonicalKey(run_id=RUN.run_id, tool_call_id="call-ttl"))
+
+    async def scenario() -> tuple[Any, Any, MCPError]:
+        async with Client(build_server(boundary), extensions=[TasksExtension()]) as client:
+            handle = await client.session.call_tool(
+                "lookup", {"query": "x"}, meta=meta("call-ttl"), allow_claimed=True
+            )
+            # When the record's expiry comes closer (as time passes), then when it is gone
+            redis_client.pexpire(key, 30_000)
+            shorter = await get_task(client.session, handle.task_id)
+            redis_client.delete(key)
+            with pytest.raises(MCPError) as gone:
+                await get_task(client.session, handle.task_id)
+            return handle, shorter, gone.value
+
+    handle, shorter, gone = anyio.run(scenario)
+    # Then ttlMs is the record's lifetime from creation: the TTL set once, then what Redis says
+    assert 590_000 <= handle.ttl_ms <= 601_000
+    assert 25_000 <= shorter.ttl_ms <= 31_000
+    # And an expired task is the protocol's "not found"
+    assert gone.code == -32602
