@@ -31,10 +31,12 @@ from boundary.store.codec import (
     create_result,
     decode_record,
     found_fields,
+    in_flight_keys,
     parse_progress,
     progress_entries,
     seal_args,
     seal_result,
+    with_in_flight,
 )
 from boundary.store.notify import SealNotifier, Watch
 from boundary.store.resp import PubSubLink
@@ -199,10 +201,14 @@ class AsyncRedisStore:
 
     async def progress(self, run_id: str) -> list[ProgressEntry]:
         with _translated():
-            members: list[tuple[str, float]] = await self.client.zrange(  # type: ignore[assignment]
-                keys.progress_key(run_id), 0, -1, withscores=True
-            )
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.zrange(keys.progress_key(run_id), 0, -1, withscores=True)
+                # Calls still running are in the pending set only: counted as projecting.
+                pipe.zrange(keys.pending_key(run_id), 0, -1)
+                members, pending = await pipe.execute()
         parsed, own = parse_progress(members, run_id)
+        in_flight = in_flight_keys(pending, parsed, run_id)
+        own = own + in_flight
         replies: list[list[str | None]] = []
         if own:
             with _translated():
@@ -210,7 +216,8 @@ class AsyncRedisStore:
                     for own_key in own:
                         pipe.hmget(keys.record_key(own_key), PROGRESS_FIELDS)
                     replies = await pipe.execute()
-        return progress_entries(parsed, found_fields(own, replies))
+        found = found_fields(own, replies)
+        return with_in_flight(progress_entries(parsed, found), in_flight, found)
 
     def watch(self, key: CanonicalKey) -> Watch:
         """A watch on the call's seal; ``attach`` it before reading the record."""

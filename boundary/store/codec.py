@@ -119,6 +119,44 @@ def progress_entries(
     return entries
 
 
+def in_flight_keys(
+    pending: list[str], parsed: list[tuple[CanonicalKey | None, int, float]], run_id: str
+) -> list[CanonicalKey]:
+    """The run's pending identities (calls accepted, not sealed) that its progress set does
+    not hold yet: their records are read too, so an observer counts them as projecting."""
+    indexed = {key.identity for key, _, _ in parsed if key is not None}
+    found = []
+    for member in pending:
+        try:
+            key = CanonicalKey.from_identity(member)
+        except ValidationError:
+            continue
+        if key.run_id == run_id and key.identity not in indexed:
+            found.append(key)
+    return found
+
+
+def with_in_flight(
+    entries: list[ProgressEntry], in_flight: list[CanonicalKey], found: dict[str, dict[str, str]]
+) -> list[ProgressEntry]:
+    """``entries`` and, in acceptance order among them, each call of ``in_flight`` whose
+    record is still PROJECTING (one sealed since is indexed and will be seen next time)."""
+    extra = []
+    for key in in_flight:
+        fields = found.get(key.identity)
+        if not fields:
+            continue
+        try:
+            record = decode_record(fields)
+        except StoreError:
+            continue
+        if record.status is InvocationStatus.PROJECTING:
+            extra.append(ProgressEntry(key, record.seq, math.inf, record))
+    if not extra:
+        return entries
+    return sorted([*entries, *extra], key=lambda entry: entry.seq)
+
+
 def parse_progress(
     members: list[tuple[str, float]], run_id: str
 ) -> tuple[list[tuple[CanonicalKey | None, int, float]], list[CanonicalKey]]:

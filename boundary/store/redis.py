@@ -44,11 +44,13 @@ from boundary.store.codec import (
     create_args,
     create_result,
     decode_record,
+    in_flight_keys,
     ms,
     progress_entries,
     progress_member,
     seal_args,
     seal_result,
+    with_in_flight,
 )
 from boundary.store.redis_runs import RedisRuns
 
@@ -211,10 +213,16 @@ class RedisCanonicalStore(CanonicalStore):
             pipe = self.client.pipeline(transaction=False)
             for run_id in unique:
                 pipe.zrange(keys.progress_key(run_id), 0, -1, withscores=True)
-            members: list[list[tuple[str, float]]] = pipe.execute()
+                # Calls still running are in the pending set only: counted as projecting.
+                pipe.zrange(keys.pending_key(run_id), 0, -1)
+            replies_1: list[Any] = pipe.execute()
         parsed = {
             run_id: [progress_member(member, score) for member, score in run_members]
-            for run_id, run_members in zip(unique, members, strict=True)
+            for run_id, run_members in zip(unique, replies_1[::2], strict=True)
+        }
+        in_flight = {
+            run_id: in_flight_keys(pending, parsed[run_id], run_id)
+            for run_id, pending in zip(unique, replies_1[1::2], strict=True)
         }
         # Only a run's own records are read: another run's identity is excluded unread.
         own = [
@@ -222,7 +230,7 @@ class RedisCanonicalStore(CanonicalStore):
             for run_id, entries in parsed.items()
             for key, _, _ in entries
             if key is not None and key.run_id == run_id
-        ]
+        ] + [key for keys_ in in_flight.values() for key in keys_]
         replies: list[list[str | None]] = []
         if own:
             with _translated():
@@ -234,7 +242,10 @@ class RedisCanonicalStore(CanonicalStore):
             k.identity: {f: v for f, v in zip(PROGRESS_FIELDS, values, strict=True) if v}
             for k, values in zip(own, replies, strict=True)
         }
-        return {run_id: progress_entries(entries, found) for run_id, entries in parsed.items()}
+        return {
+            run_id: with_in_flight(progress_entries(entries, found), in_flight[run_id], found)
+            for run_id, entries in parsed.items()
+        }
 
     def requeue_due(
         self, key: CanonicalKey, *, retry_after_s: float, max_reprojections: int

@@ -206,7 +206,8 @@ def test_observe_json_is_what_the_boundary_observes(
     observed = json.loads(result.stdout)
     assert observed == boundary.observe(RUN).model_dump(mode="json")
     assert [f["tool_call_id"] for f in observed["facts"]] == ["c1", "c2"]
-    assert observed["excluded"] == {"error": 1}
+    # (c4 is still running: counted, not a fact)
+    assert observed["excluded"] == {"error": 1, "projecting": 1}
 
 
 def test_observe_marks_no_evidence_facts_negative(env: None, a_run: None) -> None:
@@ -215,7 +216,7 @@ def test_observe_marks_no_evidence_facts_negative(env: None, a_run: None) -> Non
     assert result.exit_code == EXIT_OK, result.stderr
     assert "2 fact(s), 1 with evidence, 1 negative" in result.stdout
     assert "NO_EVIDENCE (negative)" in result.stdout
-    assert "excluded: error 1" in result.stdout
+    assert "excluded: error 1, projecting 1" in result.stdout
 
 
 def test_observe_of_an_unknown_run_exits_1(env: None, a_run: None) -> None:
