@@ -72,6 +72,14 @@ class Sizes:
     b6_raw_sizes: tuple[int, ...] = (16, 256, 4096, 65536)
     #: B6 at scale: sealed records in the store when memory, reaper and runs are measured.
     b6_records: int = 1_000_000
+    #: B7: concurrent ``ainvoke`` calls on one event loop (and ``invoke`` calls on threads).
+    b7_calls: int = 500
+    #: B7: threads of the sync side.
+    b7_threads: int = 32
+    #: B7: throughput repetitions (async and sync each, the order flipping).
+    b7_repetitions: int = 3
+    #: B7: waits measured per requested time (half as many of 1 s).
+    b7_samples: int = 10
 
 
 FULL = Sizes(
@@ -99,6 +107,9 @@ QUICK = replace(
     b5_runs=100,
     b6_raw_sizes=(16, 4096),
     b6_records=2_000,
+    b7_calls=40,
+    b7_repetitions=1,
+    b7_samples=2,
 )
 
 

@@ -287,6 +287,60 @@ def profile_table(runs: list[Run], top: int = 10) -> str:
 
 
 #: Block name -> renderer. Each renderer gets the runs its block's glob matched.
+def b7_table(runs: list[Run]) -> str:
+    """The async boundary on one event loop: stall, throughput against threads, per run."""
+    lines = [
+        "| file | calls | tick lateness p50 / p99 / worst, ms | longest loop step, ms CPU "
+        "| loop CPU per tick, worst, ms | async / sync calls per s | async / sync |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        b7 = run.results.get("b7")
+        if b7 is None:
+            continue
+        stall, rate = b7["stall"], b7["throughput"]
+        late = stall["tick_lateness"]
+        lines.append(
+            f"| `{run.path}` | {stall['calls']} | {_num(late['p50_ms'])} / "
+            f"{_num(late['p99_ms'])} / **{_num(late['max_ms'])}** | "
+            f"**{_num(stall['longest_step_cpu_ms'])}** | {_num(stall['tick_cpu']['max_ms'])} | "
+            f"{_num(statistics.median(rate['async_per_s']))} / "
+            f"{_num(statistics.median(rate['sync_per_s']))} | "
+            f"**{_num(rate['ratio']['median'])}** |"
+        )
+    with_b7 = [run for run in runs if "b7" in run.results]
+    cells = [
+        _median_spread([r.results["b7"]["stall"]["tick_lateness"]["max_ms"] for r in with_b7]),
+        _median_spread([r.results["b7"]["stall"]["longest_step_cpu_ms"] for r in with_b7]),
+        _median_spread([r.results["b7"]["stall"]["tick_cpu"]["max_ms"] for r in with_b7]),
+        _median_spread([r.results["b7"]["throughput"]["ratio"]["median"] for r in with_b7]),
+    ]
+    lines.append(
+        f"| median of {len(with_b7)} | | worst {cells[0]} | {cells[1]} | {cells[2]} | | "
+        f"{cells[3]} |"
+    )
+    return "\n".join(lines)
+
+
+def b7_precision_table(runs: list[Run]) -> str:
+    """Actual minus requested wait on a call still PROJECTING: median over the runs (with
+    their spread) of each run's p50 and p99."""
+    lines = [
+        "| requested wait | outcome p50, ms over | outcome p99 | aoutcome p50 | aoutcome p99 |",
+        "|---|---|---|---|---|",
+    ]
+    with_b7 = [run for run in runs if "b7" in run.results]
+    waits = [w for w in with_b7[0].results["b7"]["precision"] if w != "samples"] if with_b7 else []
+    for wait in waits:
+        cells = [
+            _median_spread([r.results["b7"]["precision"][wait][side][q] for r in with_b7])
+            for side in ("sync", "async")
+            for q in ("p50_ms", "p99_ms")
+        ]
+        lines.append(f"| {wait} s | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[list[Run]], str]] = {
     "targets": targets_table,
     "pools": pools_table,
@@ -296,6 +350,8 @@ RENDERERS: dict[str, Callable[[list[Run]], str]] = {
     "b6": b6_table,
     "b6-scale": b6_scale_table,
     "profile": profile_table,
+    "b7": b7_table,
+    "b7-precision": b7_precision_table,
 }
 
 

@@ -90,6 +90,28 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             "runs_command_s",
         ):
             out[f"b6s_{name}"] = scale[name]
+    if "b7" in results:
+        out.update(_b7_figures(results["b7"]))
+    return out
+
+
+def _b7_figures(b7: dict[str, Any]) -> dict[str, Any]:
+    stall, rate = b7["stall"], b7["throughput"]
+    out: dict[str, Any] = {
+        "b7_calls": stall["calls"],
+        "b7_tick_lateness_max_ms": stall["tick_lateness"]["max_ms"],
+        "b7_tick_lateness_p50_ms": stall["tick_lateness"]["p50_ms"],
+        "b7_longest_step_cpu_ms": stall["longest_step_cpu_ms"],
+        "b7_tick_cpu_max_ms": stall["tick_cpu"]["max_ms"],
+        "b7_async_over_sync": rate["ratio"]["median"],
+        "b7_async_per_s": _median(rate["async_per_s"]),
+        "b7_sync_per_s": _median(rate["sync_per_s"]),
+    }
+    for wait, sides in b7["precision"].items():
+        if isinstance(sides, dict):
+            for side, got in sides.items():
+                out[f"b7_over_{wait}s_{side}_p50_ms"] = got["p50_ms"]
+                out[f"b7_over_{wait}s_{side}_p99_ms"] = got["p99_ms"]
     return out
 
 

@@ -23,6 +23,7 @@ from bench import (
     b5_reprocess,
     b6_memory,
     b6_scale,
+    b7_async,
 )
 from bench.config import (
     DEFAULT_REDIS_URL,
@@ -44,7 +45,7 @@ from bench.sides import Bare, Defaults, Ours, Side, make_store
 from bench.workers import WorkerProcess, running
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = ("b1", "b2", "b3", "b4", "b5", "b6", "b6s")
+PHASES = ("b1", "b2", "b3", "b4", "b5", "b6", "b6s", "b7")
 #: Seconds a run waits for another one on the same Redis server (they share DBs 3-5).
 DEFAULT_LOCK_WAIT_S = 900.0
 #: Exit status when that wait runs out (EX_TEMPFAIL).
@@ -136,8 +137,10 @@ class Bench:
     def run(self) -> dict[str, Any]:
         began = time.monotonic()
         ensure_scripts(self.ours.store)
-        if self.phases & {"b1", "b2", "b3", "b5"}:
-            for index, pool in enumerate(self.sizes.pools):
+        if self.phases & {"b1", "b2", "b3", "b5", "b7"}:
+            # B3, B5 and B7 run on the first pool only: the others are started for B1/B2.
+            pools = self.sizes.pools if self.phases & {"b1", "b2"} else self.sizes.pools[:1]
+            for index, pool in enumerate(pools):
                 self.on_pool(pool, first=index == 0)
         if "b4" in self.phases:
             log("B4: observe on a 100-call run")
@@ -183,6 +186,8 @@ class Bench:
                 self.b3()
             if first and "b5" in self.phases:
                 self.b5(pool)
+            if first and "b7" in self.phases:
+                self.b7(pool)
 
     def b1(self, pool: Pool, pgids: dict[str, int]) -> None:
         sizes = self.sizes
@@ -233,6 +238,20 @@ class Bench:
         # No later phase needs these records; B4 and B6 measure a store without them.
         self.ours.store.client.flushdb()
         ensure_scripts(self.ours.store)
+
+    def b7(self, pool: Pool) -> None:
+        sizes = self.sizes
+        log(f"B7: {sizes.b7_calls} concurrent ainvoke calls on one event loop, {pool.label}")
+        got = b7_async.measure(
+            self.ours, sizes.b7_calls, sizes.b7_threads, sizes.b7_repetitions, sizes.b7_samples
+        )
+        self.results["b7"] = {"pool": pool.label, **got}
+        stall = got["stall"]
+        log(
+            f"B7: worst tick lateness {stall['tick_lateness']['max_ms']:.1f} ms, longest "
+            f"loop step {stall['longest_step_cpu_ms']:.1f} ms CPU, async/sync "
+            f"{got['throughput']['ratio']['median']:.2f}"
+        )
 
 
 def chosen_sizes(args: argparse.Namespace) -> Sizes:

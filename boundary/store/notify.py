@@ -65,6 +65,8 @@ class SealNotifier:
         self._link: PubSubLink | None = None
         self._reader: asyncio.Task[None] | None = None
         self._channels: dict[str, _Channel] = {}
+        #: Watches attached now, over every channel.
+        self._users = 0
         self._opening: asyncio.Lock | None = None
         #: Bumped on every connection failure: watches of an older generation re-attach.
         self.generation = 0
@@ -102,15 +104,19 @@ class SealNotifier:
             self._channels[channel] = state
             link.send("SUBSCRIBE", channel)
         state.users += 1
+        self._users += 1
         return state
 
     def release(self, channel: str, state: _Channel) -> None:
         """Synchronous, so it also runs on a cancelled waiter's way out."""
         state.users -= 1
-        if state.users > 0 or self._channels.get(channel) is not state:
-            return
-        if not any(other.users for other in self._channels.values()):
+        if self._channels.get(channel) is not state:
+            return  # a channel of a connection that failed since
+        self._users -= 1
+        if self._users == 0:
             self._close()  # nobody waits any more: no connection, no task left behind
+        elif state.users > 0:
+            return
         elif state.confirmed.done():
             # An unconfirmed channel is unsubscribed once confirmed (``_on_reply``): its
             # confirmation must not be taken for a later SUBSCRIBE of the same channel.
@@ -162,6 +168,7 @@ class SealNotifier:
         link, self._link = self._link, None
         reader, self._reader = self._reader, None
         self._channels = {}
+        self._users = 0
         if reader is not None and reader is not asyncio.current_task():
             reader.cancel()
         if link is not None:

@@ -84,6 +84,9 @@ class PubSubLink:
         if password:
             commands.append(("AUTH", username, password) if username else ("AUTH", password))
         commands.append(("CLIENT", "SETNAME", name))
+        if settings.get("db"):
+            # Pub/Sub ignores the DB; selecting it lets CLIENT LIST tell whose link this is.
+            commands.append(("SELECT", str(settings["db"])))
         for command in commands:
             self.send(*command)
         for _ in commands:

@@ -199,7 +199,14 @@ def test_invoke_timeout_bounds_the_whole_call(running: Running, mode: str) -> No
 
 
 def seal_clients(redis_client: redis.Redis) -> list[dict[str, Any]]:
-    return [c for c in redis_client.client_list() if c.get("name") == NOTIFY_CLIENT_NAME]
+    """The seal notifier's connections of this test's store (its DB: a benchmark on the same
+    server has its own)."""
+    db = str(redis_client.connection_pool.connection_kwargs.get("db", 0))
+    return [
+        c
+        for c in redis_client.client_list()
+        if c.get("name") == NOTIFY_CLIENT_NAME and str(c.get("db")) == db
+    ]
 
 
 def numsub(redis_client: redis.Redis, channels: list[str]) -> int:

@@ -187,8 +187,9 @@ def test_a_loop_ended_without_aclose_is_left_with_nothing_of_ours(
     # Then the call is READY, no task of ours is left pending, no Pub/Sub connection open
     assert outcome.status is InvocationStatus.READY
     assert left == []
+    db = str(redis_client.connection_pool.connection_kwargs.get("db", 0))
     clients = redis_client.client_list()
-    assert [c for c in clients if c.get("name") == NOTIFY_CLIENT_NAME] == []
+    assert [c for c in clients if c.get("name") == NOTIFY_CLIENT_NAME and c["db"] == db] == []
 
 
 # --- the outcome's properties and its one text for a model ------------------------------
