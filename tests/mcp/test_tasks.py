@@ -39,7 +39,7 @@ def test_a_task_created_on_one_server_completes_on_another(
     server_a: HttpServer, server_b: HttpServer, opened_run: RunContext
 ) -> None:
     # Given a slow call made as a task through server A
-    handle = anyio.run(start_task, server_a, "sleepy", {"seconds": 1.0}, "call-ab")
+    handle = anyio.run(start_task, server_a, "sleepy", {"seconds": 2.0}, "call-ab")
     # Then A answered at once with the task: working, its id the call's canonical identity
     assert isinstance(handle, TaskHandle)
     assert handle.result_type == "task"
@@ -62,7 +62,7 @@ def test_a_task_survives_its_server_being_killed_and_restarted(
     server_a: HttpServer, opened_run: RunContext, store: RedisCanonicalStore
 ) -> None:
     # Given a task running, created through server A
-    handle = anyio.run(start_task, server_a, "sleepy", {"seconds": 1.5}, "call-restart")
+    handle = anyio.run(start_task, server_a, "sleepy", {"seconds": 2.5}, "call-restart")
     assert handle.status == "working"
     # When A is killed (SIGKILL: nothing is saved on the way out) and started again
     server_a.restart()
@@ -84,8 +84,9 @@ def test_a_cancelled_task_stays_cancelled_when_the_tool_returns(
     events: TaskEvents,
 ) -> None:
     key = CanonicalKey(run_id=RUN_ID, tool_call_id="call-cancel")
-    # Given a slow task that a worker is running
-    handle = anyio.run(start_task, server_a, "sleepy", {"seconds": 1.5}, "call-cancel")
+    # Given a slow task that a worker is running (slow enough for a loaded machine to cancel
+    # it through another server before it ends)
+    handle = anyio.run(start_task, server_a, "sleepy", {"seconds": 4.0}, "call-cancel")
     assert events.wait_for(events.started, key.task_id("execute"))
 
     async def cancel_then_get() -> DetailedTask:
