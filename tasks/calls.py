@@ -20,6 +20,7 @@ from tasks.exits import EXIT_USAGE
 from tasks.failures import CodeOnlyFailures, ToolCallFailed
 from tasks.reaper import reap_once
 from tasks.runtime import get_runtime
+from tasks.server_check import check_store_server
 
 logger = logging.getLogger(__name__)
 
@@ -194,10 +195,13 @@ def _check_runtime(**_: Any) -> None:
                 f"the longest tool timeout ({longest:.0f}s), or a second worker would run a "
                 "call that is still running"
             )
+        warnings = check_store_server(runtime.store, runtime.settings)
     except ConfigurationError as exc:
         # One line (the log's), then exit 2: a traceback would tell the operator nothing more.
         logger.critical("tool-boundary worker cannot start: %s", exc.problem)
         raise SystemExit(EXIT_USAGE) from None
+    for warning in warnings:
+        logger.warning("tool-boundary worker: %s", warning)
     limit_tool_threads(runtime.settings.max_tool_threads)
     logger.info(
         "tool-boundary worker: %d tool(s), longest timeout %.0fs", len(runtime.registry), longest

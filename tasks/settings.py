@@ -79,6 +79,8 @@ class Settings(BaseSettings):
     #: Times a project step whose store failed under it is sent again (with a growing delay)
     #: instead of leaving the call PROJECTING for the reaper.
     project_resends: int = Field(default=5, ge=0)
+    #: Refuse to start a worker on a store Redis without persistence (AOF or RDB).
+    require_persistence: bool = False
     #: Seconds a broker publish may take (connecting included) before dispatch fails.
     publish_timeout_s: float = Field(default=5.0, gt=0)
     #: Publish a task-sent event for every task sent (Flower then shows a call's tasks as

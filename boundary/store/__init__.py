@@ -8,6 +8,7 @@ from boundary.store.base import (
     ProgressEntry,
     ReapDecision,
     RunSummary,
+    ServerFacts,
     WriteStatus,
 )
 from boundary.store.redis import RedisCanonicalStore
@@ -21,5 +22,6 @@ __all__ = [
     "ReapDecision",
     "RedisCanonicalStore",
     "RunSummary",
+    "ServerFacts",
     "WriteStatus",
 ]

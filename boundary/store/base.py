@@ -47,6 +47,29 @@ class CreateResult:
     seq: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    """What the store's server does with memory and restarts (for the start-up check)."""
+
+    #: ``noeviction`` keeps every key; any other policy may drop records, duplicate marks and
+    #: budgets silently once ``maxmemory`` is reached.
+    maxmemory_policy: str
+    #: Bytes; 0 is no limit.
+    maxmemory: int
+    #: Append-only file on: every write survives a restart (to the fsync policy).
+    aof: bool
+    #: RDB snapshots configured (``save`` not empty): writes since the last one are lost.
+    rdb: bool
+
+    @property
+    def evicts(self) -> bool:
+        return self.maxmemory_policy != "noeviction"
+
+    @property
+    def persistent(self) -> bool:
+        return self.aof or self.rdb
+
+
 class ReapDecision(StrEnum):
     """What the reaper does with a call still PROJECTING past its reap time."""
 
@@ -217,6 +240,10 @@ class CanonicalStore(ABC):
         """Decides a due call's fate (see ``ReapDecision``); a store that cannot re-project
         seals every due call."""
         return ReapDecision.SEAL
+
+    def server_facts(self) -> ServerFacts | None:
+        """The server's eviction and persistence settings, or ``None`` when unknown."""
+        return None
 
     def now(self) -> datetime:
         """The store's clock: the one clock every deadline and reap time is measured on."""

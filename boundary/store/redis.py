@@ -36,6 +36,7 @@ from boundary.store.base import (
     ProgressEntry,
     ReapDecision,
     RunSummary,
+    ServerFacts,
     WriteStatus,
 )
 from boundary.store.codec import (
@@ -261,6 +262,24 @@ class RedisCanonicalStore(CanonicalStore):
         if code >= 1:
             return ReapDecision.REPROJECT
         return ReapDecision.GONE if code in (0, -1) else ReapDecision.SEAL
+
+    def server_facts(self) -> ServerFacts | None:
+        # INFO, not CONFIG GET: CONFIG is often renamed or refused on managed Redis.
+        with _translated():
+            memory: dict[str, Any] = self.client.info("memory")
+            persistence: dict[str, Any] = self.client.info("persistence")
+            try:
+                save = self.client.config_get("save").get("save", "")
+            except redis.ResponseError:
+                save = ""
+        if isinstance(self.client, redis.cluster.RedisCluster):
+            return None  # one reply per node; checked per node by the operator
+        return ServerFacts(
+            maxmemory_policy=str(memory.get("maxmemory_policy", "noeviction")),
+            maxmemory=int(memory.get("maxmemory", 0)),
+            aof=bool(int(persistence.get("aof_enabled", 0))),
+            rdb=bool(str(save).strip()),
+        )
 
     def now(self) -> datetime:
         with _translated():

@@ -136,3 +136,24 @@ def test_procfile_processes_start_under_honcho_and_serve_a_call(
             os.killpg(honcho.pid, signal.SIGKILL)
             honcho.wait()
         broker.flushdb()
+
+
+def test_compose_keeps_redis_durable_private_and_flower_behind_auth(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    redis_command = " ".join(services["redis"]["command"])
+    # Records, duplicate marks and budgets survive a restart and are never evicted
+    assert "--appendonly yes" in redis_command
+    assert "--maxmemory-policy noeviction" in redis_command
+    assert "--requirepass ${REDIS_PASSWORD" in redis_command
+    assert services["redis"]["volumes"] == ["redis-data:/data"]
+    # Nothing is published on all interfaces
+    for service in services.values():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), port
+    # Flower asks for a password; workers refuse a store without persistence
+    assert any(arg.startswith("--basic-auth=") for arg in services["flower"]["command"])
+    app_env = services["worker-tools"]["environment"]
+    assert app_env["TOOL_BOUNDARY_REQUIRE_PERSISTENCE"] == "true"
+    assert app_env["TOOL_BOUNDARY_REDIS_URL"].startswith("redis://:${REDIS_PASSWORD")
