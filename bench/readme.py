@@ -250,7 +250,9 @@ def _share_rows(title: str, pairs: list[tuple[str, float]], top: int) -> list[st
     if not pairs:
         return []
     rows = [f"| {title} | |", "|---|---|"]
-    rows += [f"| `{name}` | {share:.1%} |" for name, share in pairs[:top]]
+    # py-spy's per-process root frame names the command line: not a place in the code.
+    shown = [(name, share) for name, share in pairs if not name.startswith("process ")]
+    rows += [f"| `{name}` | {share:.1%} |" for name, share in shown[:top]]
     return [*rows, ""]
 
 
