@@ -20,7 +20,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from bench.sides import ARGUMENTS, CALL_TIMEOUT_S, Ours, call_ids
@@ -195,7 +194,8 @@ def _parked(ours: Ours) -> CanonicalKey:
         tool_name=NOOP,
         request='{"query":"ping"}',
         deadline=None,
-        reap_at=datetime.now(UTC) + timedelta(hours=1),
+        max_pending_s=3600,
+        reap_grace_s=60,
         max_run_calls=None,
         max_tool_calls=None,
     )
