@@ -202,9 +202,38 @@ def _parked(ours: Ours) -> CanonicalKey:
     return key
 
 
+@contextmanager
+def _gc_pauses() -> Iterator[list[float]]:
+    """How long each garbage collection took (a pause of every thread), seconds."""
+    pauses: list[float] = []
+    began = [0.0]
+
+    def timed(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            pauses.append(time.perf_counter() - began[0])
+
+    gc.callbacks.append(timed)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(timed)
+
+
 def precision(ours: Ours, samples: int) -> dict[str, Any]:
-    """Actual minus requested wait of ``outcome`` and ``aoutcome`` on a PROJECTING call."""
+    """Actual minus requested wait of ``outcome`` and ``aoutcome`` on a PROJECTING call.
+    The collector is not frozen here (a caller's waits meet it too); its longest pause during
+    the waits is reported beside them."""
     key = _parked(ours)
+    gc.collect()  # what the phases before left behind is not this phase's cost
+    with _gc_pauses() as pauses:
+        out = _precision(ours, key, samples)
+    out["gc_pause_max_ms"] = max(pauses, default=0.0) * 1000
+    return out
+
+
+def _precision(ours: Ours, key: CanonicalKey, samples: int) -> dict[str, Any]:
     out: dict[str, Any] = {"samples": samples}
     for wait_s in WAITS_S:
         count = samples if wait_s < 1 else max(samples // 2, 1)

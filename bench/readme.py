@@ -332,7 +332,8 @@ def b7_precision_table(runs: list[Run]) -> str:
         "|---|---|---|---|---|",
     ]
     with_b7 = [run for run in runs if "b7" in run.results]
-    waits = [w for w in with_b7[0].results["b7"]["precision"] if w != "samples"] if with_b7 else []
+    first = with_b7[0].results["b7"]["precision"] if with_b7 else {}
+    waits = [w for w, got in first.items() if isinstance(got, dict)]
     for wait in waits:
         cells = [
             _median_spread([r.results["b7"]["precision"][wait][side][q] for r in with_b7])
@@ -340,6 +341,13 @@ def b7_precision_table(runs: list[Run]) -> str:
             for q in ("p50_ms", "p99_ms")
         ]
         lines.append(f"| {wait} s | " + " | ".join(cells) + " |")
+    pauses = [
+        r.results["b7"]["precision"]["gc_pause_max_ms"]
+        for r in with_b7
+        if "gc_pause_max_ms" in r.results["b7"]["precision"]
+    ]
+    if pauses:
+        lines.append(f"| longest GC pause during the waits, ms | {_median_spread(pauses)} | | | |")
     return "\n".join(lines)
 
 

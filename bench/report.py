@@ -107,6 +107,8 @@ def _b7_figures(b7: dict[str, Any]) -> dict[str, Any]:
         "b7_async_per_s": _median(rate["async_per_s"]),
         "b7_sync_per_s": _median(rate["sync_per_s"]),
     }
+    if "gc_pause_max_ms" in b7["precision"]:
+        out["b7_gc_pause_max_ms"] = b7["precision"]["gc_pause_max_ms"]
     for wait, sides in b7["precision"].items():
         if isinstance(sides, dict):
             for side, got in sides.items():
