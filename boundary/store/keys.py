@@ -44,6 +44,11 @@ def sealed_channel(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:sealed"
 
 
+#: Runs that have (or recently had) calls PROJECTING: a sorted set, run id -> touch count.
+#: The one global key the boundary writes; every command on it names it alone, so it lives in
+#: one Cluster slot. The reaper reads it instead of scanning the keyspace.
+PENDING_RUNS = f"{PREFIX}:pending-runs"
+
 #: SCAN patterns.
 BUDGET_PATTERN = f"{PREFIX}:{{*}}:budget"
 PENDING_PATTERN = f"{PREFIX}:{{*}}:pending"

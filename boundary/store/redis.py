@@ -73,6 +73,12 @@ _CREATE = load_script("create")
 _STORE_RAW = load_script("store_raw")
 _SEAL = load_script("seal")
 _REQUEUE = load_script("requeue")
+_UNINDEX_RUN = load_script("unindex_run")
+
+
+def _score(score: float) -> str:
+    """A sorted-set score as ZSCORE replies it (integral scores without a decimal point)."""
+    return str(int(score)) if float(score).is_integer() else repr(score)
 
 
 class RedisCanonicalStore(CanonicalStore):
@@ -104,6 +110,7 @@ class RedisCanonicalStore(CanonicalStore):
         self._store_raw = client.register_script(_STORE_RAW)
         self._seal = client.register_script(_SEAL)
         self._requeue = client.register_script(_REQUEUE)
+        self._unindex_run = client.register_script(_UNINDEX_RUN)
         self._runs = RedisRuns(client, ttl_s, self._now_ms)
 
     @classmethod
@@ -155,6 +162,14 @@ class RedisCanonicalStore(CanonicalStore):
         )
         with _translated():
             created, detail = self._create(keys=run_keys, args=argv)
+            if int(created) == 1:
+                # After the call is written (so a reaper never unindexes a run whose pending
+                # call is about to exist): the reaper's cost follows the runs indexed here.
+                pipe = self.client.pipeline(transaction=False)
+                pipe.zincrby(keys.PENDING_RUNS, 1, key.run_id)
+                # No immortal key: the index lives as long as the newest record.
+                pipe.pexpire(keys.PENDING_RUNS, int(self.ttl_s * 1000))
+                pipe.execute()
         return create_result(created, detail)
 
     def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
@@ -287,21 +302,36 @@ class RedisCanonicalStore(CanonicalStore):
         return datetime.fromtimestamp(int(seconds) + int(micros) / 1e6, tz=UTC)
 
     def due_pending(self, now: datetime | None = None, limit: int = 1000) -> list[CanonicalKey]:
+        """Reads the pending-runs index, not the keyspace: its cost follows the runs with
+        calls PROJECTING. A run whose pending set is gone is dropped from the index (unless a
+        create touched it meanwhile)."""
         due: list[CanonicalKey] = []
         if now is None:
             now = self.now()
         with _translated():
-            for pending in self.client.scan_iter(match=keys.PENDING_PATTERN, count=SCAN_COUNT):
-                members: list[str] = self.client.zrangebyscore(  # type: ignore[assignment]
-                    pending, "-inf", ms(now), start=0, num=limit - len(due)
-                )
-                for identity in members:
-                    try:
-                        due.append(CanonicalKey.from_identity(identity))
-                    except ValidationError:
-                        continue
-                if len(due) >= limit:
-                    break
+            indexed: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
+                keys.PENDING_RUNS, 0, -1, withscores=True
+            )
+            for start in range(0, len(indexed), SCAN_COUNT):
+                chunk = indexed[start : start + SCAN_COUNT]
+                pipe = self.client.pipeline(transaction=False)
+                for run_id, _ in chunk:
+                    pipe.zrangebyscore(
+                        keys.pending_key(run_id), "-inf", ms(now), start=0, num=limit
+                    )
+                    pipe.exists(keys.pending_key(run_id))
+                replies = pipe.execute()
+                for n, (run_id, score) in enumerate(chunk):
+                    members, exists = replies[2 * n], replies[2 * n + 1]
+                    if not exists:
+                        self._unindex_run(keys=[keys.PENDING_RUNS], args=[run_id, _score(score)])
+                    for identity in members:
+                        try:
+                            due.append(CanonicalKey.from_identity(identity))
+                        except ValidationError:
+                            continue
+                    if len(due) >= limit:
+                        return due[:limit]
         return due
 
     def run_ids(self) -> Iterator[str]:

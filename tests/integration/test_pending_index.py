@@ -1,0 +1,63 @@
+"""The pending-runs index: the reaper reads the runs that have calls PROJECTING instead of
+scanning the keyspace, so its cost follows the pending calls, not all records."""
+
+from __future__ import annotations
+
+import redis
+
+from boundary import ErrorCode, RedisCanonicalStore
+from boundary.store import keys
+from tests.helpers import create_projecting
+
+
+def _scans(redis_client: redis.Redis) -> int:
+    return int(redis_client.info("commandstats").get("cmdstat_scan", {}).get("calls", 0))
+
+
+def test_the_reaper_reads_only_runs_with_pending_calls(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    # Given 200 runs whose calls all ended, and one run with a call still PROJECTING
+    for n in range(200):
+        store.seal_error(create_projecting(store, "c1", run_id=f"done-{n}"), ErrorCode.TOOL_TIMEOUT)
+    stuck = create_projecting(store, "c1", run_id="stuck")
+    assert redis_client.zcard(keys.PENDING_RUNS) == 201
+    # When the reaper looks for due calls (twice)
+    scans = _scans(redis_client)
+    store.due_pending()
+    assert store.due_pending() == []  # not due yet
+    # Then it scanned nothing, and the ended runs left the index: only the pending one is read
+    assert _scans(redis_client) == scans
+    assert redis_client.zrange(keys.PENDING_RUNS, 0, -1) == [stuck.run_id]
+
+
+def test_a_due_call_is_found_through_the_index(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    key = store.create(
+        create_projecting(store, "c0", run_id="r-due").__class__(run_id="r-due", tool_call_id="c1"),
+        tool_name="search",
+        request="{}",
+        deadline=None,
+        max_pending_s=0,
+        reap_grace_s=0,
+        max_run_calls=None,
+        max_tool_calls=None,
+    )
+    assert key.seq == 2
+    due = store.due_pending()
+    assert [k.tool_call_id for k in due] == ["c1"]
+
+
+def test_a_run_touched_since_the_reaper_read_it_stays_indexed(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    # Given a run the reaper read with score 1 whose calls had all ended
+    key = create_projecting(store, "c1", run_id="r1")
+    store.seal_error(key, ErrorCode.TOOL_TIMEOUT)
+    # When a new call of the run is created before the reaper drops it
+    create_projecting(store, "c2", run_id="r1")
+    dropped = store._unindex_run(keys=[keys.PENDING_RUNS], args=["r1", "1"])
+    # Then the run stays in the index
+    assert dropped == 0
+    assert redis_client.zscore(keys.PENDING_RUNS, "r1") == 2
