@@ -106,7 +106,10 @@ def _settings() -> Settings:
 def _store(settings: Settings) -> RedisCanonicalStore:
     try:
         return RedisCanonicalStore.from_url(
-            settings.store_url, ttl_s=settings.ttl_s, limits=settings.limits
+            settings.store_url,
+            ttl_s=settings.ttl_s,
+            limits=settings.limits,
+            cluster=settings.redis_cluster,
         )
     except ValueError:
         _fail("TOOL_BOUNDARY_REDIS_URL is not a Redis URL", EXIT_USAGE)

@@ -73,7 +73,10 @@ def get_runtime() -> Runtime:
         if _runtime is None:
             registry = _registry if _registry is not None else load_registry(settings.tools)
             store = RedisCanonicalStore.from_url(
-                settings.store_url, ttl_s=settings.ttl_s, limits=settings.limits
+                settings.store_url,
+                ttl_s=settings.ttl_s,
+                limits=settings.limits,
+                cluster=settings.redis_cluster,
             )
             _runtime = Runtime(settings=settings, store=store, registry=registry)
         return _runtime

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     #: Times a project step whose store failed under it is sent again (with a growing delay)
     #: instead of leaving the call PROJECTING for the reaper.
     project_resends: int = Field(default=5, ge=0)
+    #: ``REDIS_URL`` names a node of a Redis Cluster (the store, the CLI, observe, reproject
+    #: and the reaper then work across the cluster; the broker must be a plain Redis).
+    redis_cluster: bool = False
     #: Refuse to start a worker on a store Redis without persistence (AOF or RDB).
     require_persistence: bool = False
     #: Seconds a broker publish may take (connecting included) before dispatch fails.

@@ -143,3 +143,51 @@ def redis_server(directory: Path, *args: str, password: str | None = None) -> It
         server.stop()
         with _taken_lock:
             _taken.discard(server.port)
+
+
+#: ``redis-cli --cluster create`` options: masters only, no prompt.
+_CREATE = ("--cluster-replicas", "0", "--cluster-yes")
+
+
+@contextmanager
+def redis_cluster(directory: Path, nodes: int = 3) -> Iterator[list[RedisServer]]:
+    """A Redis Cluster of ``nodes`` masters of the test's own (``--cluster-enabled yes``, slots
+    assigned by ``redis-cli --cluster create``); yields its servers once the state is ok."""
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        if CI:
+            raise RuntimeError("redis-cli is not installed")
+        pytest.skip("redis-cli is not installed")
+    servers = [
+        RedisServer(
+            directory / f"node{n}",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--appendonly",
+            "no",
+        )
+        for n in range(nodes)
+    ]
+    try:
+        for server in servers:
+            server.start()
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{s.port}" for s in servers), *_CREATE],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        give_up = time.monotonic() + 30
+        for server in servers:
+            while server.client().execute_command("CLUSTER INFO").get("cluster_state") != "ok":
+                if time.monotonic() > give_up:
+                    raise RuntimeError("the test cluster did not reach cluster_state:ok")
+                time.sleep(0.1)
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+            with _taken_lock:
+                _taken.discard(server.port)

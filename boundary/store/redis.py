@@ -7,6 +7,7 @@ which never touches expiry. Every driver error becomes ``StoreUnavailable``/``St
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ import redis.cluster
 from pydantic import ValidationError
 
 from boundary.diagnostics import Diagnostic
-from boundary.errors import ErrorCode
+from boundary.errors import ErrorCode, StoreUnavailable
 from boundary.limits import Limits
 from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, RunContext
 from boundary.store import keys
@@ -54,6 +55,8 @@ from boundary.store.codec import (
     with_in_flight,
 )
 from boundary.store.redis_runs import RedisRuns
+
+logger = logging.getLogger(__name__)
 
 #: Seconds to wait for a connection before the store counts as unavailable.
 DEFAULT_CONNECT_TIMEOUT_S = 2.0
@@ -120,11 +123,24 @@ class RedisCanonicalStore(CanonicalStore):
         *,
         ttl_s: float = DEFAULT_TTL_S,
         limits: Limits | None = None,
+        cluster: bool = False,
         **client_options: Any,
     ) -> RedisCanonicalStore:
-        """A store on ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
+        """A store on ``url`` (``redis://``, ``rediss://`` or ``unix://``); with ``cluster``,
+        on the Redis Cluster that ``url`` names one node of (every key of a script shares its
+        run's hash slot; the one global key is only ever touched alone)."""
         client_options.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
         client_options.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT_S)
+        if cluster:
+            client_options["decode_responses"] = True
+            client_options.pop("max_connections", None)
+            try:
+                # Connects at once (it reads the slot map): unreachable is StoreUnavailable.
+                with _translated():
+                    node_client = redis.cluster.RedisCluster.from_url(url, **client_options)
+            except redis.exceptions.RedisClusterException:
+                raise StoreUnavailable() from None
+            return cls(client=node_client, ttl_s=ttl_s, limits=limits)
         client_options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
         # redis-py's default pool raises at once when all its connections are busy, which
         # would turn a burst of concurrent calls into STORE_UNAVAILABLE. A blocking pool makes
@@ -162,15 +178,23 @@ class RedisCanonicalStore(CanonicalStore):
         )
         with _translated():
             created, detail = self._create(keys=run_keys, args=argv)
-            if int(created) == 1:
-                # After the call is written (so a reaper never unindexes a run whose pending
-                # call is about to exist): the reaper's cost follows the runs indexed here.
-                pipe = self.client.pipeline(transaction=False)
-                pipe.zincrby(keys.PENDING_RUNS, 1, key.run_id)
-                # No immortal key: the index lives as long as the newest record.
-                pipe.pexpire(keys.PENDING_RUNS, int(self.ttl_s * 1000))
-                pipe.execute()
+        if int(created) == 1:
+            self._index_run(key.run_id)
         return create_result(created, detail)
+
+    def _index_run(self, run_id: str) -> None:
+        """Bumps the run in the pending-runs index, after its call is written (so a reaper
+        never drops a run whose pending call is about to exist). Best effort: the call is
+        created whatever happens here, and a failure must not make its caller think it was
+        not (it would neither dispatch it nor try again under the same id)."""
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zincrby(keys.PENDING_RUNS, 1, run_id)
+            # No immortal key: the index lives as long as the newest record.
+            pipe.pexpire(keys.PENDING_RUNS, int(self.ttl_s * 1000))
+            pipe.execute()
+        except (redis.RedisError, OSError):
+            logger.warning("run %s not indexed for the reaper (store error)", run_id)
 
     def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
         with _translated():
@@ -298,7 +322,10 @@ class RedisCanonicalStore(CanonicalStore):
 
     def now(self) -> datetime:
         with _translated():
-            seconds, micros = self.client.time()
+            reply: Any = self.client.time()
+        if isinstance(reply, dict):  # a cluster answers per node: any one will do
+            reply = next(iter(reply.values()))
+        seconds, micros = reply
         return datetime.fromtimestamp(int(seconds) + int(micros) / 1e6, tz=UTC)
 
     def due_pending(self, now: datetime | None = None, limit: int = 1000) -> list[CanonicalKey]:

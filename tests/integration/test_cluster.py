@@ -1,0 +1,130 @@
+"""The full flow on a real 3-node Redis Cluster (started by the test): the store, observe,
+the reaper, the CLI and a Celery worker, for runs whose slots are spread over every node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from boundary import (
+    CanonicalKey,
+    InProcessDispatcher,
+    InvocationStatus,
+    RedisCanonicalStore,
+    RunContext,
+    ToolBoundary,
+    ToolCallEnvelope,
+)
+from boundary.store import keys
+from tests.celery_tools import registry
+from tests.servers import RedisServer, redis_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = 8
+CALLS = 3
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
+    with redis_cluster(tmp_path_factory.mktemp("cluster")) as servers:
+        yield servers
+
+
+def _run(n: int) -> RunContext:
+    return RunContext(run_id=f"cl-run-{n}", authorized_tools=frozenset({"lookup"}))
+
+
+def _call(run: RunContext, n: int) -> ToolCallEnvelope:
+    return ToolCallEnvelope(
+        run_id=run.run_id, tool_call_id=f"c{n}", tool_name="lookup", arguments={"query": "x"}
+    )
+
+
+def test_calls_of_runs_on_every_node_end_ready_and_are_observed(
+    cluster: list[RedisServer],
+) -> None:
+    # Given a store on the cluster, named by one node's URL
+    store = RedisCanonicalStore.from_url(cluster[0].url, ttl_s=600, cluster=True)
+    boundary = ToolBoundary(
+        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
+    )
+    slots_of = {
+        store.client.keyslot(keys.record_key(CanonicalKey(run_id=f"cl-run-{n}", tool_call_id="c")))
+        for n in range(RUNS)
+    }
+    owners = {store.client.get_node_from_key(f"{{cl-run-{n}}}").port for n in range(RUNS)}
+    assert len(owners) == len(cluster), "the runs' slots should cover every node"
+    # When calls of runs on every node are made
+    outcomes = [
+        boundary.invoke(_call(_run(r), c), _run(r), timeout=30)
+        for r in range(RUNS)
+        for c in range(CALLS)
+    ]
+    # Then every call ends READY and every run is observed in full
+    assert all(o.status is InvocationStatus.READY for o in outcomes), outcomes
+    for r in range(RUNS):
+        assert len(boundary.observe(_run(r)).facts) == CALLS
+    assert sorted(store.run_ids()) == sorted(f"cl-run-{r}" for r in range(RUNS))
+    assert store.due_pending() == []
+    assert len(slots_of) == RUNS
+    print(
+        f"cluster: {sum(o.status is InvocationStatus.READY for o in outcomes)}/"
+        f"{len(outcomes)} READY over {len(owners)} nodes"
+    )
+
+
+def test_the_reaper_finds_due_calls_on_every_node(cluster: list[RedisServer]) -> None:
+    store = RedisCanonicalStore.from_url(cluster[1].url, ttl_s=600, cluster=True)
+    due = [CanonicalKey(run_id=f"cl-due-{n}", tool_call_id="c1") for n in range(RUNS)]
+    for key in due:
+        store.create(
+            key,
+            tool_name="lookup",
+            request="{}",
+            deadline=None,
+            max_pending_s=0,
+            reap_grace_s=0,
+            max_run_calls=None,
+            max_tool_calls=None,
+        )
+    time.sleep(0.05)
+    assert sorted(store.due_pending(), key=str) == sorted(due, key=str)
+
+
+def test_the_cli_reads_runs_records_and_facts_on_the_cluster(
+    cluster: list[RedisServer],
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
+    env |= {
+        "TOOL_BOUNDARY_REDIS_URL": cluster[2].url,
+        "TOOL_BOUNDARY_REDIS_CLUSTER": "true",
+        "TOOL_BOUNDARY_TOOLS": "tests.celery_tools:registry",
+        "PYTHONPATH": str(ROOT),
+    }
+    script = Path(sys.executable).with_name("tool-boundary")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(script), *args], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+
+    store = RedisCanonicalStore.from_url(cluster[2].url, ttl_s=600, cluster=True)
+    boundary = ToolBoundary(
+        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
+    )
+    for r in range(RUNS):
+        boundary.invoke(_call(_run(100 + r), 0), _run(100 + r), timeout=30)
+    listed = cli("runs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    for r in range(RUNS):
+        assert f"cl-run-{100 + r}" in listed.stdout
+        shown = cli("show", f"cl-run-{100 + r}", "c0", "--json")
+        assert shown.returncode == 0 and "READY" in shown.stdout, shown.stderr
+        observed = cli("observe", f"cl-run-{100 + r}", "--json")
+        assert observed.returncode == 0 and '"c0"' in observed.stdout, observed.stderr
