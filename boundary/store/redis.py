@@ -303,6 +303,8 @@ class RedisCanonicalStore(CanonicalStore):
         return ReapDecision.GONE if code in (0, -1) else ReapDecision.SEAL
 
     def server_facts(self) -> ServerFacts | None:
+        if isinstance(self.client, redis.cluster.RedisCluster):
+            return None  # one reply per node: checked per node by the operator
         # INFO, not CONFIG GET: CONFIG is often renamed or refused on managed Redis.
         with _translated():
             memory: dict[str, Any] = self.client.info("memory")
@@ -311,8 +313,6 @@ class RedisCanonicalStore(CanonicalStore):
                 save = self.client.config_get("save").get("save", "")
             except redis.ResponseError:
                 save = ""
-        if isinstance(self.client, redis.cluster.RedisCluster):
-            return None  # one reply per node; checked per node by the operator
         return ServerFacts(
             maxmemory_policy=str(memory.get("maxmemory_policy", "noeviction")),
             maxmemory=int(memory.get("maxmemory", 0)),

@@ -128,3 +128,46 @@ def test_the_cli_reads_runs_records_and_facts_on_the_cluster(
         assert shown.returncode == 0 and "READY" in shown.stdout, shown.stderr
         observed = cli("observe", f"cl-run-{100 + r}", "--json")
         assert observed.returncode == 0 and '"c0"' in observed.stdout, observed.stderr
+
+
+@pytest.mark.slow
+def test_a_celery_worker_and_reproject_work_on_the_cluster(
+    cluster: list[RedisServer], tmp_path: Path
+) -> None:
+    from tasks import CeleryDispatcher
+    from tasks.app import create_app
+    from tests.celery.workers import celery_process, settings_env, worker_args
+    from tests.conftest import celery_test_settings
+    from tests.servers import redis_server
+
+    with redis_server(tmp_path / "broker") as broker:
+        # Given workers whose store is the cluster (broker and results on a plain Redis)
+        settings = celery_test_settings(
+            redis_url=cluster[0].url,
+            redis_cluster=True,
+            broker_url=broker.url,
+            result_backend=broker.url.replace("/0", "/1"),
+        )
+        store = RedisCanonicalStore.from_url(cluster[0].url, ttl_s=600, cluster=True)
+        app = create_app(settings, name="tests_cluster")
+        boundary = ToolBoundary(store=store, registry=registry, dispatcher=CeleryDispatcher(app))
+        with celery_process(settings, *worker_args("cluster"), log=tmp_path / "w.log"):
+            # When calls of runs on every node go through Celery
+            runs = [_run(200 + r) for r in range(RUNS)]
+            outcomes = [boundary.invoke(_call(run, 0), run, timeout=60) for run in runs]
+            # Then they end READY
+            assert all(o.status is InvocationStatus.READY for o in outcomes), outcomes
+            # And the CLI re-projects those runs through the worker
+            script = Path(sys.executable).with_name("tool-boundary")
+            done = subprocess.run(
+                [str(script), "reproject", *(a for run in runs for a in ("--run", run.run_id))],
+                capture_output=True,
+                text=True,
+                env=settings_env(settings),
+                timeout=120,
+                check=False,
+            )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert len(lines) == RUNS
+        assert all('"c0"' in line for line in lines)
