@@ -4,6 +4,7 @@ project task's AsyncResult."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,7 +41,24 @@ def invoke(
     envelope = ToolCallEnvelope(
         run_id=run.run_id, tool_call_id=call_id, tool_name=tool, arguments=arguments
     )
-    return boundary.invoke(envelope, run, timeout=30)
+    outcome = boundary.invoke(envelope, run, timeout=30)
+    if outcome.error_code is not ErrorCode.DISPATCH_FAILED:
+        settle(boundary, CanonicalKey(run_id=run.run_id, tool_call_id=call_id))
+    return outcome
+
+
+def settle(boundary: ToolBoundary, key: CanonicalKey) -> None:
+    """Waits until the call's project task has ended.
+
+    When the execute step seals the record (a timeout, a raising tool), the outcome is known
+    before the project task has run. Left running, that task would act on the next test's
+    record of the same ids (the store is flushed between tests) and seal it
+    STORE_UNAVAILABLE, having found it PROJECTING with no raw response.
+    """
+    app = getattr(boundary.dispatcher, "app", None)
+    if app is not None:
+        with contextlib.suppress(Exception):
+            app.AsyncResult(key.task_id("project")).get(timeout=30, propagate=False)
 
 
 def record(call_id: str, run_id: str = RUN.run_id) -> Any:
