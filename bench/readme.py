@@ -219,8 +219,8 @@ def b6_scale_table(runs: list[Run]) -> str:
     lines = [
         "| file | records | listpack value | bytes per record (INFO) | sample record "
         "(MEMORY USAGE, encoding) | reaper: due search s (found) | runs: SCAN s | runs: "
-        "summary per run ms | runs command s (all runs) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "summary per run ms | runs command s (all runs) | reaper: next pass s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         b6s = run.results.get("b6_scale")
@@ -231,9 +231,16 @@ def b6_scale_table(runs: list[Run]) -> str:
             f"**{_num(b6s['bytes_per_record'])}** | {b6s['sample_record_bytes']:,}, "
             f"{b6s['sample_record_encoding']} | **{b6s['reaper_s']:.3f}** "
             f"({b6s['reaper_found']} of {b6s['pending_calls']}) | {b6s['run_ids_s']:.2f} | "
-            f"{b6s['summaries_per_run_ms']:.3f} | **{_num(b6s['runs_command_s'])}** |"
+            f"{b6s['summaries_per_run_ms']:.3f} | **{_num(b6s['runs_command_s'])}** | "
+            f"{_again(b6s)} |"
         )
     return "\n".join(lines)
+
+
+def _again(b6s: dict[str, Any]) -> str:
+    if "reaper_again_s" not in b6s:
+        return "(not measured)"
+    return f"{b6s['reaper_again_s']:.3f} ({b6s['reaper_again_found']} found)"
 
 
 def _profile_cell(summary: dict[str, Any], key: str, calls: int) -> str:
