@@ -517,13 +517,20 @@ class _Interrupted(BaseException):
     ``Aborted!`` and exit 1; this passes through it to ``main``."""
 
 
+#: Set by the first Ctrl-C: whatever escapes after it is a consequence of the interruption
+#: (code cut short mid-way, e.g. a queue emptied under the embedded worker), not a bug.
+_interrupted = False
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    if logging.root.manager.disable >= logging.CRITICAL:
+    global _interrupted
+    if _interrupted:
         # A second Ctrl-C while the first one's clean-up runs: leave now.
         os._exit(EXIT_INTERRUPTED)
     # The process is ending: the embedded worker's complaints about calls cut short (its
     # store going away under them) would bury the one line that says what happened.
     logging.disable(logging.CRITICAL)
+    _interrupted = True
     raise _Interrupted()
 
 
@@ -543,6 +550,9 @@ def main() -> None:
         typer.echo("\ninterrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
+        if _interrupted:  # the Ctrl-C's _Interrupted became another exception on its way out
+            typer.echo("\ninterrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         typer.echo(f"error: unexpected {type(exc).__name__} (a bug; please report)", err=True)
         sys.exit(EXIT_INTERNAL)
 
