@@ -1,5 +1,7 @@
-"""The Celery tasks: thin wrappers over the core's steps. No exception escapes a task: a
-traceback in the result backend or in Flower would be a leak."""
+"""The Celery tasks: thin wrappers over the core's steps. No traceback or exception text
+reaches the result backend, Flower or the log (it would be a leak): every task returns, except
+the project step of a call that ended ERROR, which raises ``ToolCallFailed(<code>)`` on purpose
+so Flower's "Failed" filter lists it (``tasks.failures``; ``docs/TASKS.md``)."""
 
 from __future__ import annotations
 
