@@ -79,6 +79,15 @@ _REQUEUE = load_script("requeue")
 _UNINDEX_RUN = load_script("unindex_run")
 
 
+def _due_keys(identities: list[str]) -> Iterator[CanonicalKey]:
+    """The keys of a pending set's members (a member that is not an identity is skipped)."""
+    for identity in identities:
+        try:
+            yield CanonicalKey.from_identity(identity)
+        except ValidationError:
+            continue
+
+
 def _score(score: float) -> str:
     """A sorted-set score as ZSCORE replies it (integral scores without a decimal point)."""
     return str(int(score)) if float(score).is_integer() else repr(score)
@@ -330,8 +339,8 @@ class RedisCanonicalStore(CanonicalStore):
 
     def due_pending(self, now: datetime | None = None, limit: int = 1000) -> list[CanonicalKey]:
         """Reads the pending-runs index, not the keyspace: its cost follows the runs with
-        calls PROJECTING. A run whose pending set is gone is dropped from the index (unless a
-        create touched it meanwhile)."""
+        calls PROJECTING. Runs whose pending set is gone are dropped from the index (unless a
+        create touched them meanwhile), one script call per chunk of the index."""
         due: list[CanonicalKey] = []
         if now is None:
             now = self.now()
@@ -348,17 +357,16 @@ class RedisCanonicalStore(CanonicalStore):
                     )
                     pipe.exists(keys.pending_key(run_id))
                 replies = pipe.execute()
+                gone: list[str] = []
                 for n, (run_id, score) in enumerate(chunk):
                     members, exists = replies[2 * n], replies[2 * n + 1]
                     if not exists:
-                        self._unindex_run(keys=[keys.PENDING_RUNS], args=[run_id, _score(score)])
-                    for identity in members:
-                        try:
-                            due.append(CanonicalKey.from_identity(identity))
-                        except ValidationError:
-                            continue
-                    if len(due) >= limit:
-                        return due[:limit]
+                        gone += [run_id, _score(score)]
+                    due.extend(_due_keys(members))
+                if gone:
+                    self._unindex_run(keys=[keys.PENDING_RUNS], args=gone)
+                if len(due) >= limit:
+                    return due[:limit]
         return due
 
     def run_ids(self) -> Iterator[str]:

@@ -10,8 +10,13 @@ from boundary.store import keys
 from tests.helpers import create_projecting
 
 
+def _calls(redis_client: redis.Redis, command: str) -> int:
+    stats = redis_client.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("calls", 0))
+
+
 def _scans(redis_client: redis.Redis) -> int:
-    return int(redis_client.info("commandstats").get("cmdstat_scan", {}).get("calls", 0))
+    return _calls(redis_client, "scan")
 
 
 def test_the_reaper_reads_only_runs_with_pending_calls(
@@ -61,3 +66,19 @@ def test_a_run_touched_since_the_reaper_read_it_stays_indexed(
     # Then the run stays in the index
     assert dropped == 0
     assert redis_client.zscore(keys.PENDING_RUNS, "r1") == 2
+
+
+def test_one_pass_drops_many_ended_runs_with_one_script_call_per_chunk(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    # Given 2,500 indexed runs with no pending call left (as a pass finds them after many
+    # seals) and one run with a call still PROJECTING
+    ended = {f"ended-{n}": 1 for n in range(2500)}
+    redis_client.zadd(keys.PENDING_RUNS, ended)
+    stuck = create_projecting(store, "c1", run_id="stuck")
+    scripts = _calls(redis_client, "evalsha") + _calls(redis_client, "eval")
+    # When one reaper pass reads the index (1,000 runs per chunk: three chunks)
+    assert store.due_pending() == []
+    # Then every ended run left the index, through one script call per chunk (not per run)
+    assert redis_client.zrange(keys.PENDING_RUNS, 0, -1) == [stuck.run_id]
+    assert _calls(redis_client, "evalsha") + _calls(redis_client, "eval") - scripts == 3

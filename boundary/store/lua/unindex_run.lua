@@ -1,13 +1,18 @@
--- unindex_run: drop a run from the pending-runs index, unless a create touched it since the
+-- unindex_run: drop runs from the pending-runs index, each unless a create touched it since the
 -- reaper read its score (each create increments the member's score after writing the call).
+-- One call takes every run a reaper pass found without pending calls in one chunk of the
+-- index, so a pass that tidies up many runs costs one round trip per chunk, not one per run.
 --
 -- KEYS[1] = pending-runs index   tb:pending-runs
--- ARGV[1] = run_id
--- ARGV[2] = the score the reaper read
+-- ARGV[2n-1] = run_id
+-- ARGV[2n]   = the score the reaper read for it
 --
--- Returns 1 removed; 0 kept (touched since, or gone).
+-- Returns the number of runs removed (a run touched since, or gone, is kept / not counted).
 
-if redis.call("ZSCORE", KEYS[1], ARGV[1]) == ARGV[2] then
-  return redis.call("ZREM", KEYS[1], ARGV[1])
+local removed = 0
+for n = 1, #ARGV - 1, 2 do
+  if redis.call("ZSCORE", KEYS[1], ARGV[n]) == ARGV[n + 1] then
+    removed = removed + redis.call("ZREM", KEYS[1], ARGV[n])
+  end
 end
-return 0
+return removed
