@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 from weakref import WeakKeyDictionary
 
 from pydantic import ValidationError
@@ -35,6 +34,7 @@ from boundary.store.base import (
     CanonicalStore,
     CreateResult,
     CreateStatus,
+    CreateTerms,
     OpenRunStatus,
     WriteStatus,
 )
@@ -60,7 +60,7 @@ class Prepared:
     """A call that passed preflight: its key and the arguments of ``store.create``."""
 
     key: CanonicalKey
-    create: dict[str, Any]
+    create: CreateTerms
 
 
 class ToolBoundary(AsyncCalls):

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import redis
 import redis.asyncio as aredis
@@ -24,7 +23,13 @@ from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus
 from boundary.store import keys
 from boundary.store._redis_common import load_script
 from boundary.store._redis_common import translated as _translated
-from boundary.store.base import CreateResult, ProgressEntry, WriteStatus
+from boundary.store.base import (
+    CreateResult,
+    CreateTerms,
+    ProgressEntry,
+    SealTerms,
+    WriteStatus,
+)
 from boundary.store.codec import (
     PROGRESS_FIELDS,
     create_args,
@@ -149,29 +154,8 @@ class AsyncRedisStore:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    async def create(
-        self,
-        key: CanonicalKey,
-        *,
-        tool_name: str,
-        request: str,
-        deadline: datetime | None,
-        max_pending_s: float,
-        reap_grace_s: float,
-        max_run_calls: int | None,
-        max_tool_calls: int | None,
-    ) -> CreateResult:
-        run_keys, argv = create_args(
-            key,
-            tool_name=tool_name,
-            request=request,
-            deadline=deadline,
-            max_pending_s=max_pending_s,
-            reap_grace_s=reap_grace_s,
-            max_run_calls=max_run_calls,
-            max_tool_calls=max_tool_calls,
-            ttl_ms=int(self.ttl_s * 1000),
-        )
+    async def create(self, key: CanonicalKey, **terms: Unpack[CreateTerms]) -> CreateResult:
+        run_keys, argv = create_args(key, terms, ttl_ms=int(self.ttl_s * 1000))
         with _translated():
             created, detail = await self._create(keys=run_keys, args=argv)
         if int(created) == 1:
@@ -187,15 +171,8 @@ class AsyncRedisStore:
         return create_result(created, detail)
 
     async def seal_error(self, key: CanonicalKey, code: ErrorCode) -> WriteStatus:
-        run_keys, argv = seal_args(
-            key,
-            evidence_status=EvidenceStatus.ERROR,
-            agent_result=None,
-            scope=None,
-            error_code=code,
-            diagnostic=None,
-            now_ms=self._now_ms(),
-        )
+        terms = SealTerms(evidence_status=EvidenceStatus.ERROR, error_code=code)
+        run_keys, argv = seal_args(key, terms, now_ms=self._now_ms())
         with _translated():
             reply = await self._seal(keys=run_keys, args=argv)
         return seal_result(reply)

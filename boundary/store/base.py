@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Required, TypedDict, Unpack
 
 from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode
@@ -38,6 +38,33 @@ _CREATE_CODES = {
     CreateStatus.RUN_BUDGET: ErrorCode.RUN_BUDGET_EXHAUSTED,
     CreateStatus.TOOL_BUDGET: ErrorCode.TOOL_BUDGET_EXHAUSTED,
 }
+
+
+class CreateTerms(TypedDict):
+    """The keyword arguments of a store's ``create`` (sync and asyncio alike)."""
+
+    tool_name: str
+    #: Canonical JSON of the call's arguments.
+    request: str
+    deadline: datetime | None
+    max_pending_s: float
+    reap_grace_s: float
+    #: The run's call budget (``None``: no budget).
+    max_run_calls: int | None
+    #: The run's budget for this tool (``None``: no budget).
+    max_tool_calls: int | None
+
+
+class SealTerms(TypedDict, total=False):
+    """The keyword arguments of a store's ``seal``: ``evidence_status`` and, each ``None``
+    when not given, the agent-facing result, its scope, the error code and the failure's
+    diagnostic."""
+
+    evidence_status: Required[EvidenceStatus]
+    agent_result: str | None
+    scope: str | None
+    error_code: ErrorCode | None
+    diagnostic: Diagnostic | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,18 +165,7 @@ class RunSummary:
 class AsyncStore(Protocol):
     """What the boundary's async calls need of a store, on one event loop."""
 
-    async def create(
-        self,
-        key: CanonicalKey,
-        *,
-        tool_name: str,
-        request: str,
-        deadline: datetime | None,
-        max_pending_s: float,
-        reap_grace_s: float,
-        max_run_calls: int | None,
-        max_tool_calls: int | None,
-    ) -> CreateResult: ...
+    async def create(self, key: CanonicalKey, **terms: Unpack[CreateTerms]) -> CreateResult: ...
 
     async def seal_error(self, key: CanonicalKey, code: ErrorCode) -> WriteStatus: ...
 
@@ -170,18 +186,7 @@ class CanonicalStore(ABC):
     ttl_s: float
 
     @abstractmethod
-    def create(
-        self,
-        key: CanonicalKey,
-        *,
-        tool_name: str,
-        request: str,
-        deadline: datetime | None,
-        max_pending_s: float,
-        reap_grace_s: float,
-        max_run_calls: int | None,
-        max_tool_calls: int | None,
-    ) -> CreateResult:
+    def create(self, key: CanonicalKey, **terms: Unpack[CreateTerms]) -> CreateResult:
         """Atomically: refuse a duplicate, consume budgets, write the record PROJECTING,
         set its TTL (the only place a TTL is set), and its reap time: ``min(deadline, now +
         max_pending_s) + reap_grace_s``, ``now`` being the store's clock."""
@@ -191,16 +196,7 @@ class CanonicalStore(ABC):
         """Keep the complete raw response (canonical JSON) while PROJECTING."""
 
     @abstractmethod
-    def seal(
-        self,
-        key: CanonicalKey,
-        *,
-        evidence_status: EvidenceStatus,
-        agent_result: str | None = None,
-        scope: str | None = None,
-        error_code: ErrorCode | None = None,
-        diagnostic: Diagnostic | None = None,
-    ) -> WriteStatus:
+    def seal(self, key: CanonicalKey, **terms: Unpack[SealTerms]) -> WriteStatus:
         """PROJECTING -> READY (evidence found or none) or ERROR (evidence ERROR and a code,
         and the failure's ``diagnostic`` when there is one)."""
 

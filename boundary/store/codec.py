@@ -11,9 +11,16 @@ from pydantic import ValidationError
 
 from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode, StoreError
-from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, InvocationStatus
+from boundary.models import CanonicalKey, CanonicalRecord, InvocationStatus
 from boundary.store import keys
-from boundary.store.base import CreateResult, CreateStatus, ProgressEntry, WriteStatus
+from boundary.store.base import (
+    CreateResult,
+    CreateStatus,
+    CreateTerms,
+    ProgressEntry,
+    SealTerms,
+    WriteStatus,
+)
 
 WRITE_CODES = {
     1: WriteStatus.OK,
@@ -178,29 +185,23 @@ def found_fields(
 
 
 def create_args(
-    key: CanonicalKey,
-    *,
-    tool_name: str,
-    request: str,
-    deadline: datetime | None,
-    max_pending_s: float,
-    reap_grace_s: float,
-    max_run_calls: int | None,
-    max_tool_calls: int | None,
-    ttl_ms: int,
+    key: CanonicalKey, terms: CreateTerms, *, ttl_ms: int
 ) -> tuple[list[str], list[str | int]]:
     """KEYS and ARGV of ``create.lua`` (durations: the script reads the time from Redis)."""
+    deadline = terms["deadline"]
+    max_run_calls = terms["max_run_calls"]
+    max_tool_calls = terms["max_tool_calls"]
     argv: list[str | int] = [
         key.run_id,
         key.tool_call_id,
-        tool_name,
-        request,
-        max(int(max_pending_s * 1000), 0),
+        terms["tool_name"],
+        terms["request"],
+        max(int(terms["max_pending_s"] * 1000), 0),
         "" if deadline is None else ms(deadline),
         ttl_ms,
         -1 if max_run_calls is None else max_run_calls,
         -1 if max_tool_calls is None else max_tool_calls,
-        max(int(reap_grace_s * 1000), 0),
+        max(int(terms["reap_grace_s"] * 1000), 0),
         key.identity,
     ]
     run_keys = [keys.record_key(key), keys.budget_key(key.run_id), keys.pending_key(key.run_id)]
@@ -215,16 +216,11 @@ def create_result(created: Any, detail: Any) -> CreateResult:
 
 
 def seal_args(
-    key: CanonicalKey,
-    *,
-    evidence_status: EvidenceStatus,
-    agent_result: str | None,
-    scope: str | None,
-    error_code: ErrorCode | None,
-    diagnostic: Diagnostic | None,
-    now_ms: int,
+    key: CanonicalKey, terms: SealTerms, *, now_ms: int
 ) -> tuple[list[str], list[str | int]]:
     """KEYS and ARGV of ``seal.lua``; the seal is announced on the run's sealed channel."""
+    error_code = terms.get("error_code")
+    diagnostic = terms.get("diagnostic")
     status = InvocationStatus.ERROR if error_code is not None else InvocationStatus.READY
     run_keys = [
         keys.record_key(key),
@@ -234,9 +230,9 @@ def seal_args(
     ]
     argv: list[str | int] = [
         status.value,
-        evidence_status.value,
-        agent_result or "",
-        scope or "",
+        terms["evidence_status"].value,
+        terms.get("agent_result") or "",
+        terms.get("scope") or "",
         error_code.value if error_code is not None else "",
         now_ms,
         key.identity,

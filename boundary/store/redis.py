@@ -11,16 +11,15 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
 import redis
 import redis.cluster
 from pydantic import ValidationError
 
-from boundary.diagnostics import Diagnostic
-from boundary.errors import ErrorCode, StoreUnavailable
+from boundary.errors import StoreUnavailable
 from boundary.limits import Limits
-from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, RunContext
+from boundary.models import CanonicalKey, CanonicalRecord, RunContext
 from boundary.store import keys
 from boundary.store._redis_common import load_script
 from boundary.store._redis_common import translated as _translated
@@ -33,10 +32,12 @@ from boundary.store.base import (
     AsyncStore,
     CanonicalStore,
     CreateResult,
+    CreateTerms,
     OpenRunStatus,
     ProgressEntry,
     ReapDecision,
     RunSummary,
+    SealTerms,
     ServerFacts,
     WriteStatus,
 )
@@ -162,29 +163,8 @@ class RedisCanonicalStore(CanonicalStore):
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def create(
-        self,
-        key: CanonicalKey,
-        *,
-        tool_name: str,
-        request: str,
-        deadline: datetime | None,
-        max_pending_s: float,
-        reap_grace_s: float,
-        max_run_calls: int | None,
-        max_tool_calls: int | None,
-    ) -> CreateResult:
-        run_keys, argv = create_args(
-            key,
-            tool_name=tool_name,
-            request=request,
-            deadline=deadline,
-            max_pending_s=max_pending_s,
-            reap_grace_s=reap_grace_s,
-            max_run_calls=max_run_calls,
-            max_tool_calls=max_tool_calls,
-            ttl_ms=int(self.ttl_s * 1000),
-        )
+    def create(self, key: CanonicalKey, **terms: Unpack[CreateTerms]) -> CreateResult:
+        run_keys, argv = create_args(key, terms, ttl_ms=int(self.ttl_s * 1000))
         with _translated():
             created, detail = self._create(keys=run_keys, args=argv)
         if int(created) == 1:
@@ -210,25 +190,8 @@ class RedisCanonicalStore(CanonicalStore):
             code = self._store_raw(keys=[keys.record_key(key)], args=[raw, self._now_ms()])
         return WRITE_CODES[int(code)]
 
-    def seal(
-        self,
-        key: CanonicalKey,
-        *,
-        evidence_status: EvidenceStatus,
-        agent_result: str | None = None,
-        scope: str | None = None,
-        error_code: ErrorCode | None = None,
-        diagnostic: Diagnostic | None = None,
-    ) -> WriteStatus:
-        run_keys, argv = seal_args(
-            key,
-            evidence_status=evidence_status,
-            agent_result=agent_result,
-            scope=scope,
-            error_code=error_code,
-            diagnostic=diagnostic,
-            now_ms=self._now_ms(),
-        )
+    def seal(self, key: CanonicalKey, **terms: Unpack[SealTerms]) -> WriteStatus:
+        run_keys, argv = seal_args(key, terms, now_ms=self._now_ms())
         with _translated():
             code = self._seal(keys=run_keys, args=argv)
         return seal_result(code)
