@@ -155,19 +155,15 @@ class AsyncRedisStore:
         return int(self._clock() * 1000)
 
     async def create(self, key: CanonicalKey, **terms: Unpack[CreateTerms]) -> CreateResult:
-        run_keys, argv = create_args(key, terms, ttl_ms=int(self.ttl_s * 1000))
+        run_keys, argv = create_args(
+            # A plain client (never a cluster one): the script indexes the run itself.
+            key,
+            terms,
+            ttl_ms=int(self.ttl_s * 1000),
+            index=True,
+        )
         with _translated():
             created, detail = await self._create(keys=run_keys, args=argv)
-        if int(created) == 1:
-            # As the sync store: index the run once its pending call exists, best effort.
-            try:
-                pipe = self.client.pipeline(transaction=False)
-                pipe.zincrby(keys.PENDING_RUNS, 1, key.run_id)
-                # No immortal key: the index lives as long as the newest record.
-                pipe.pexpire(keys.PENDING_RUNS, int(self.ttl_s * 1000))
-                await pipe.execute()
-            except (redis.RedisError, OSError):
-                pass  # as the sync store: the call is created whatever happens here
         return create_result(created, detail)
 
     async def seal_error(self, key: CanonicalKey, code: ErrorCode) -> WriteStatus:

@@ -185,9 +185,13 @@ def found_fields(
 
 
 def create_args(
-    key: CanonicalKey, terms: CreateTerms, *, ttl_ms: int
+    key: CanonicalKey, terms: CreateTerms, *, ttl_ms: int, index: bool
 ) -> tuple[list[str], list[str | int]]:
-    """KEYS and ARGV of ``create.lua`` (durations: the script reads the time from Redis)."""
+    """KEYS and ARGV of ``create.lua`` (durations: the script reads the time from Redis).
+
+    ``index``: the script also bumps the run in the pending-runs index (same round trip). Only
+    on a single-node Redis: on a cluster that key is in another hash slot than the run's.
+    """
     deadline = terms["deadline"]
     max_run_calls = terms["max_run_calls"]
     max_tool_calls = terms["max_tool_calls"]
@@ -205,6 +209,8 @@ def create_args(
         key.identity,
     ]
     run_keys = [keys.record_key(key), keys.budget_key(key.run_id), keys.pending_key(key.run_id)]
+    if index:
+        run_keys.append(keys.PENDING_RUNS)
     return run_keys, argv
 
 

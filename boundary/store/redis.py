@@ -116,6 +116,7 @@ class RedisCanonicalStore(CanonicalStore):
         if ttl_s <= 0:
             raise ValueError("ttl_s must be > 0")
         self.client = client
+        self._cluster = isinstance(client, redis.cluster.RedisCluster)
         self.ttl_s = ttl_s
         self.limits = limits or Limits()
         self._clock = clock
@@ -164,18 +165,25 @@ class RedisCanonicalStore(CanonicalStore):
         return int(self._clock() * 1000)
 
     def create(self, key: CanonicalKey, **terms: Unpack[CreateTerms]) -> CreateResult:
-        run_keys, argv = create_args(key, terms, ttl_ms=int(self.ttl_s * 1000))
+        run_keys, argv = create_args(
+            # One round trip: the script indexes the run itself, except on a cluster.
+            key,
+            terms,
+            ttl_ms=int(self.ttl_s * 1000),
+            index=not self._cluster,
+        )
         with _translated():
             created, detail = self._create(keys=run_keys, args=argv)
-        if int(created) == 1:
+        if self._cluster and int(created) == 1:
             self._index_run(key.run_id)
         return create_result(created, detail)
 
     def _index_run(self, run_id: str) -> None:
-        """Bumps the run in the pending-runs index, after its call is written (so a reaper
-        never drops a run whose pending call is about to exist). Best effort: the call is
-        created whatever happens here, and a failure must not make its caller think it was
-        not (it would neither dispatch it nor try again under the same id)."""
+        """On a cluster (``create.lua`` cannot touch the index there: another hash slot),
+        bumps the run in the pending-runs index, after its call is written (so a reaper never
+        drops a run whose pending call is about to exist). Best effort: the call is created
+        whatever happens here, and a failure must not make its caller think it was not (it
+        would neither dispatch it nor try again under the same id)."""
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.zincrby(keys.PENDING_RUNS, 1, run_id)

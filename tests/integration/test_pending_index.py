@@ -3,11 +3,15 @@ scanning the keyspace, so its cost follows the pending calls, not all records.""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 import redis
 
 from boundary import ErrorCode, RedisCanonicalStore
 from boundary.store import keys
-from tests.helpers import create_projecting
+from boundary.store.base import CreateResult, CreateStatus
+from tests.helpers import create_projecting, key_of
 
 
 def _calls(redis_client: redis.Redis, command: str) -> int:
@@ -82,3 +86,39 @@ def test_one_pass_drops_many_ended_runs_with_one_script_call_per_chunk(
     # Then every ended run left the index, through one script call per chunk (not per run)
     assert redis_client.zrange(keys.PENDING_RUNS, 0, -1) == [stuck.run_id]
     assert _calls(redis_client, "evalsha") + _calls(redis_client, "eval") - scripts == 3
+
+
+@pytest.mark.parametrize("through", ["sync", "async"])
+def test_a_call_whose_run_cannot_be_indexed_is_still_created(
+    store: RedisCanonicalStore, redis_client: redis.Redis, through: str
+) -> None:
+    # Given an index key that the create script cannot write (not a sorted set)
+    redis_client.set(keys.PENDING_RUNS, "not a sorted set")
+    key = key_of("c1", "r-unindexed")
+    create = {
+        "tool_name": "search",
+        "request": "{}",
+        "deadline": None,
+        "max_pending_s": 3600,
+        "reap_grace_s": 0,
+        "max_run_calls": None,
+        "max_tool_calls": None,
+    }
+    # When a call is created
+    if through == "sync":
+        created = store.create(key, **create)
+    else:
+
+        async def acreate() -> CreateResult:
+            async_store = store.async_store()
+            assert async_store is not None
+            try:
+                return await async_store.create(key, **create)
+            finally:
+                await async_store.aclose()
+
+        created = asyncio.run(acreate())
+    # Then its creator is told it was created, and it was (the index is left as it was)
+    assert created.status is CreateStatus.CREATED
+    assert redis_client.hget(keys.record_key(key), "status") == "PROJECTING"
+    assert redis_client.get(keys.PENDING_RUNS) == "not a sorted set"

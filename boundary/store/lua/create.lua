@@ -19,6 +19,8 @@
 -- Every time here is Redis's (TIME), never the caller's clock: a submitter whose clock is
 -- hours off still gets the reap time it asked for.
 -- ARGV[11] = identity (run_id:tool_call_id), the member in the pending set
+-- KEYS[4] = pending-runs index  tb:pending-runs (optional: single-node Redis only; on a
+--           cluster it is in another hash slot, so the client bumps it with its own command)
 --
 -- Returns {1, seq} created; {0, "DUPLICATE"}; {0, "RUN_BUDGET"}; {0, "TOOL_BUDGET"}.
 
@@ -71,6 +73,15 @@ if redis.call("PTTL", KEYS[2]) < ttl then
 end
 if redis.call("PTTL", KEYS[3]) < ttl then
   redis.call("PEXPIRE", KEYS[3], ttl)
+end
+
+-- The run into the reaper's index, after its call is written (a reaper never drops a run whose
+-- pending call is about to exist). pcall: best effort, the call is created whatever happens
+-- here, and a caller told otherwise would neither dispatch it nor try again under its id.
+if KEYS[4] then
+  redis.pcall("ZINCRBY", KEYS[4], 1, ARGV[1])
+  -- No immortal key: the index lives as long as the newest record.
+  redis.pcall("PEXPIRE", KEYS[4], ttl)
 end
 
 return {1, seq}
