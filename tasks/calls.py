@@ -18,11 +18,12 @@ from pydantic import ValidationError
 from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome
 from boundary.steps import execute_step, limit_tool_threads, project_step
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, REAP, app
-from tasks.exits import EXIT_USAGE
+from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.failures import CodeOnlyFailures, ToolCallFailed
 from tasks.reaper import reap_once
 from tasks.runtime import get_runtime
 from tasks.server_check import check_store_server
+from tasks.startup import StartupUnavailable, wait_for_services, worker_services
 
 logger = logging.getLogger(__name__)
 
@@ -183,8 +184,9 @@ def _seal_when_retries_run_out(
 
 @signals.worker_init.connect
 def _check_runtime(**_: Any) -> None:
-    """Stops the worker at start, not at its first call, when the registry cannot be loaded
-    or the broker's visibility timeout is not above every tool's timeout.
+    """Stops the worker at start, not at its first call, when the registry cannot be loaded,
+    the broker's visibility timeout is not above every tool's timeout (exit 2), or the store,
+    broker or result backend still does not answer after ``STARTUP_ATTEMPTS`` (exit 3).
 
     ``SystemExit``, because Celery logs and swallows a signal receiver's ``Exception``.
     """
@@ -197,11 +199,15 @@ def _check_runtime(**_: Any) -> None:
                 f"the longest tool timeout ({longest:.0f}s), or a second worker would run a "
                 "call that is still running"
             )
+        wait_for_services(worker_services(runtime, app), runtime.settings.startup_attempts)
         warnings = check_store_server(runtime.store, runtime.settings)
     except ConfigurationError as exc:
         # One line (the log's), then exit 2: a traceback would tell the operator nothing more.
         logger.critical("tool-boundary worker cannot start: %s", exc.problem)
         raise SystemExit(EXIT_USAGE) from None
+    except StartupUnavailable as exc:
+        logger.critical("tool-boundary worker cannot start: %s", exc.problem)
+        raise SystemExit(EXIT_UNAVAILABLE) from None
     for warning in warnings:
         logger.warning("tool-boundary worker: %s", warning)
     limit_tool_threads(runtime.settings.max_tool_threads)

@@ -33,11 +33,11 @@ class ServiceUnavailable(BoundaryError):
         self.hint = hint
 
 
-def check_broker(app: Any, timeout_s: float) -> None:
-    """Connects to the app's broker once (no retry loop)."""
+def check_broker(app: Any, timeout_s: float, retries: int = 1) -> None:
+    """Connects to the app's broker, retrying ``retries`` times 2 s apart (no retry loop)."""
     try:
         with app.connection_for_write() as connection:
-            connection.ensure_connection(max_retries=1, timeout=timeout_s)
+            connection.ensure_connection(max_retries=retries, timeout=timeout_s)
     except Exception:
         # kombu's text names the broker URL: only the part goes further.
         raise ServiceUnavailable("broker") from None

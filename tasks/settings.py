@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     require_persistence: bool = False
     #: Seconds a broker publish may take (connecting included) before dispatch fails.
     publish_timeout_s: float = Field(default=5.0, gt=0)
+    #: Times a worker tries its store, broker and result backend at start (1 s apart, growing
+    #: to 5 s: 10 is about 40 s) before it stops with one line and exit 3.
+    startup_attempts: int = Field(default=10, ge=1)
     #: Publish a task-sent event for every task sent (Flower then shows a call's tasks as
     #: SENT before a worker takes them). Off saves a PUBLISH per task and about a third of
     #: a dispatch's CPU; Flower still sees received, started and succeeded.
