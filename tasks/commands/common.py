@@ -1,0 +1,107 @@
+"""What every ``tool-boundary`` command shares: settings and store, one-line failures with
+their exit codes, and output that is safe on an operator's terminal."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.text import Text
+
+from boundary import RedisCanonicalStore, StoreError, StoreUnavailable
+from boundary.models import is_safe_id
+from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
+from tasks.runs import ReprojectError
+from tasks.services import ServiceUnavailable
+from tasks.settings import InvalidSettings, Settings, load_settings, redis_location
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+RunArg = Annotated[str, typer.Argument(help="The run id.", show_default=False)]
+
+
+def fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def settings_or_fail() -> Settings:
+    try:
+        return load_settings()
+    except InvalidSettings as exc:
+        fail(exc.problem, EXIT_USAGE)
+
+
+def open_store(settings: Settings) -> RedisCanonicalStore:
+    try:
+        return RedisCanonicalStore.from_url(
+            settings.store_url,
+            ttl_s=settings.ttl_s,
+            limits=settings.limits,
+            cluster=settings.redis_cluster,
+        )
+    except ValueError:
+        fail("TOOL_BOUNDARY_REDIS_URL is not a Redis URL", EXIT_USAGE)
+
+
+@contextmanager
+def reaching(settings: Settings) -> Iterator[None]:
+    """Turns an unreachable store, broker or backend into one line and ``EXIT_UNAVAILABLE``."""
+    try:
+        yield
+    except StoreUnavailable as exc:
+        where = redis_location(settings.store_url)
+        fail(f"the store at {where} is unreachable ({exc.code.value})", EXIT_UNAVAILABLE)
+    except StoreError as exc:
+        where = redis_location(settings.store_url)
+        fail(f"the store at {where} failed ({exc.code.value})", EXIT_UNAVAILABLE)
+    except ServiceUnavailable as exc:
+        if exc.hint:
+            fail(exc.hint, EXIT_UNAVAILABLE)
+        fail(_unreachable(settings, exc.part, exc.code.value), EXIT_UNAVAILABLE)
+    except ReprojectError as exc:
+        fail(_unreachable(settings, exc.part, exc.code.value), EXIT_UNAVAILABLE)
+
+
+def _unreachable(settings: Settings, part: str, code: str) -> str:
+    url = settings.broker if part == "broker" else settings.backend
+    return f"the {part} at {redis_location(url)} is unreachable ({code})"
+
+
+def require_id(value: str, what: str) -> str:
+    if not is_safe_id(value):
+        fail(f"{what} {value!r} is not a safe identifier", EXIT_USAGE)
+    return value
+
+
+def dumps(value: Any) -> str:
+    """JSON for scripts: ASCII only, so it is safe on any terminal and parses back as is."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
+
+
+def printable(text: str) -> str:
+    """Escapes control and format characters (terminal escapes, bidi overrides) that tool
+    output could carry into an operator's terminal; keeps newlines and tabs."""
+    return "".join(
+        c if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf") else f"\\u{ord(c):04x}"
+        for c in text
+    )
+
+
+def parsed(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def pretty(value: Any, limit: int) -> Text:
+    text = json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text) - limit} more characters; --json shows all)"
+    return Text(printable(text))

@@ -1,0 +1,193 @@
+"""``show``, ``runs`` and ``observe``: the record and run views (they only read the store)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from boundary import CanonicalKey, CanonicalRecord, EvidenceStatus, ObservedFacts
+from boundary.diagnostics import Diagnostic
+from tasks.commands.common import (
+    JsonFlag,
+    RunArg,
+    dumps,
+    fail,
+    open_store,
+    parsed,
+    pretty,
+    printable,
+    reaching,
+    require_id,
+    settings_or_fail,
+)
+from tasks.exits import EXIT_NOT_FOUND
+from tasks.runs import observe_run
+
+#: Display of a record's JSON fields: cut past this many characters (``--json`` never cuts).
+SHOW_CELL_CHARS = 2000
+#: The same for a fact's result or scope in ``observe``.
+FACT_CELL_CHARS = 200
+
+
+# --- show ---------------------------------------------------------------------------------
+
+
+def _record_json(record: CanonicalRecord, raw: bool) -> dict[str, Any]:
+    fields = record.model_dump(mode="json", exclude={"raw"})
+    for name in ("request", "agent_result", "scope"):
+        fields[name] = parsed(fields[name])
+    fields["raw_bytes"] = None if record.raw is None else len(record.raw.encode("utf-8"))
+    if raw:
+        fields["raw"] = parsed(record.raw)
+    return fields
+
+
+#: The fields ``show`` prints, in this order (the raw response comes last, if asked for).
+_SHOWN_FIELDS = (
+    "run_id",
+    "tool_call_id",
+    "tool_name",
+    "status",
+    "evidence_status",
+    "error_code",
+    "seq",
+    "created_at",
+    "updated_at",
+    "deadline",
+    "request",
+    "agent_result",
+    "scope",
+    "diagnostic",
+    "raw_bytes",
+)
+
+
+def _diagnostic_text(diagnostic: Diagnostic | None) -> str:
+    if diagnostic is None:
+        return "-"
+    return f"{diagnostic.stage.value} step: {diagnostic.summary()}"
+
+
+def show(
+    run_id: RunArg,
+    call_id: Annotated[str, typer.Argument(help="The framework's tool call id.")],
+    raw: Annotated[bool, typer.Option("--raw", help="Also print the raw tool response.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """The canonical record of one call (the Harness view); the raw response only with --raw."""
+    key = CanonicalKey(
+        run_id=require_id(run_id, "run id"), tool_call_id=require_id(call_id, "call id")
+    )
+    settings = settings_or_fail()
+    with reaching(settings):
+        record = open_store(settings).get(key)
+    if record is None:
+        fail(f"no record for call {call_id} of run {run_id} (RECORD_NOT_FOUND)", EXIT_NOT_FOUND)
+    fields = _record_json(record, raw)
+    if as_json:
+        typer.echo(dumps(fields))
+        return
+    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for name in _SHOWN_FIELDS:
+        value = fields[name]
+        if name in ("request", "agent_result", "scope"):
+            table.add_row(name, pretty(value, SHOW_CELL_CHARS))
+        elif name == "diagnostic":
+            table.add_row(name, Text(printable(_diagnostic_text(record.diagnostic))))
+        else:
+            table.add_row(name, Text(printable("-" if value is None else str(value))))
+    if record.raw is None:
+        table.add_row("raw", Text("none"))
+    elif raw:
+        table.add_row("raw", pretty(fields["raw"], SHOW_CELL_CHARS))
+    else:
+        table.add_row("raw", Text(f"{fields['raw_bytes']} bytes, hidden (--raw shows it)"))
+    Console(highlight=False).print(table)
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+
+def runs(as_json: JsonFlag = False) -> None:
+    """Every live run (found by SCAN) with its calls counted by status."""
+    settings = settings_or_fail()
+    with reaching(settings):
+        store = open_store(settings)
+        summaries = store.run_summaries(sorted(store.run_ids()))
+    rows = [
+        {
+            "run_id": s.run_id,
+            "calls": s.calls,
+            "ready": s.ready,
+            "error": s.error,
+            "projecting": s.projecting,
+        }
+        for s in summaries
+    ]
+    if as_json:
+        typer.echo(dumps(rows))
+        return
+    if not rows:
+        typer.echo("no runs")
+        return
+    table = Table("run", "calls", "ready", "error", "projecting")
+    for row in rows:
+        table.add_row(*(str(row[c]) for c in ("run_id", "calls", "ready", "error", "projecting")))
+    Console(highlight=False).print(table)
+
+
+# --- observe ------------------------------------------------------------------------------
+
+
+def _compact(value: Any, limit: int) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    if len(text) > limit:
+        text = f"{text[:limit]}... (+{len(text) - limit} characters; --json shows all)"
+    return printable(text)
+
+
+def _print_facts(facts: ObservedFacts) -> None:
+    console = Console(highlight=False, soft_wrap=True)
+    negative = sum(1 for f in facts.facts if f.negative)
+    excluded = ", ".join(f"{k} {v}" for k, v in sorted(facts.excluded.items())) or "none"
+    console.print(
+        Text(
+            f"run {facts.run_id}: {len(facts.facts)} fact(s), {facts.evidence_count} with "
+            f"evidence, {negative} negative; omitted by the bounds {facts.omitted}; "
+            f"excluded: {excluded}"
+        )
+    )
+    for number, fact in enumerate(facts.facts, start=1):
+        evidence = fact.evidence_status.value
+        if fact.evidence_status is EvidenceStatus.NO_EVIDENCE:
+            evidence += " (negative)"
+        console.print(
+            Text(f"{number:>3}. {fact.tool_call_id}  {printable(fact.tool_name)}  {evidence}")
+        )
+        if fact.result is not None:
+            console.print(Text(f"     result: {_compact(fact.result, FACT_CELL_CHARS)}"))
+        if fact.scope is not None:
+            console.print(Text(f"     scope:  {_compact(fact.scope, FACT_CELL_CHARS)}"))
+
+
+def observe(run_id: RunArg, as_json: JsonFlag = False) -> None:
+    """The run's observed facts: its READY calls in acceptance order, within the bounds."""
+    require_id(run_id, "run id")
+    settings = settings_or_fail()
+    with reaching(settings):
+        store = open_store(settings)
+        facts = observe_run(store, run_id)
+        empty = not (facts.facts or facts.excluded or facts.omitted)
+        if empty and store.run_summary(run_id) is None:
+            fail(f"no run {run_id} (RECORD_NOT_FOUND)", EXIT_NOT_FOUND)
+    if as_json:
+        typer.echo(dumps(facts.model_dump(mode="json")))
+    else:
+        _print_facts(facts)
