@@ -9,6 +9,7 @@ Lua, as ``create``, ``store_raw`` and ``seal`` would make it, at a fraction of t
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -17,10 +18,13 @@ import redis
 
 from bench.tools import NOOP
 from boundary import CanonicalKey, EvidenceStatus, RedisCanonicalStore, canonical_json
+from boundary.store._redis_common import load_script
 
-#: What each script answers on success, told apart by its number of keys (create: record,
-#: budget and pending keys; store_raw: the record; seal: record, progress, pending, budget).
-_DONE: dict[int, Any] = {3: [1, "0"], 1: 1, 4: 1}
+#: What each script answers on success, told apart by its SHA1 (as EVALSHA names it).
+_DONE: dict[str, Any] = {
+    hashlib.sha1(load_script(name).encode()).hexdigest(): done
+    for name, done in (("create", [1, "0"]), ("store_raw", 1), ("seal", 1))
+}
 #: Calls queued before the pipeline is sent.
 BATCH_CALLS = 500
 
@@ -31,20 +35,20 @@ class DeferredScripts(redis.Redis):
     def __init__(self, client: redis.Redis) -> None:
         super().__init__(connection_pool=client.connection_pool)
         self._pipe = client.pipeline(transaction=False)
-        self._numkeys: list[int] = []
+        self._shas: list[str] = []
 
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
         self._pipe.evalsha(sha, numkeys, *keys_and_args)
-        self._numkeys.append(numkeys)
-        return _DONE[numkeys]
+        self._shas.append(sha)
+        return _DONE[sha]
 
     def flush(self) -> None:
         replies = self._pipe.execute(raise_on_error=False)
-        for numkeys, reply in zip(self._numkeys, replies, strict=True):
-            done = reply[0] == 1 if numkeys == 3 else reply == 1
+        for sha, reply in zip(self._shas, replies, strict=True):
+            done = reply[0] == 1 if isinstance(_DONE[sha], list) else reply == 1
             if not done:
                 raise RuntimeError(f"a store script did not succeed: {reply!r}")
-        self._numkeys.clear()
+        self._shas.clear()
 
 
 def payload(size: int) -> dict[str, Any]:

@@ -252,7 +252,7 @@ class CanonicalStore(ABC):
 
     @abstractmethod
     def run_ids(self) -> Iterator[str]:
-        """Every run that has a live budget key (found by SCAN, never KEYS)."""
+        """Every run that has a live budget key (from an index, or by SCAN, never KEYS)."""
 
     @abstractmethod
     def run_summary(self, run_id: str) -> RunSummary | None:

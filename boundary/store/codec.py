@@ -189,8 +189,9 @@ def create_args(
 ) -> tuple[list[str], list[str | int]]:
     """KEYS and ARGV of ``create.lua`` (durations: the script reads the time from Redis).
 
-    ``index``: the script also bumps the run in the pending-runs index (same round trip). Only
-    on a single-node Redis: on a cluster that key is in another hash slot than the run's.
+    ``index``: the script also bumps the run in the pending-runs index and the runs index
+    (same round trip). Only on a single-node Redis: on a cluster those keys are in other hash
+    slots than the run's.
     """
     deadline = terms["deadline"]
     max_run_calls = terms["max_run_calls"]
@@ -210,7 +211,7 @@ def create_args(
     ]
     run_keys = [keys.record_key(key), keys.budget_key(key.run_id), keys.pending_key(key.run_id)]
     if index:
-        run_keys.append(keys.PENDING_RUNS)
+        run_keys += [keys.PENDING_RUNS, keys.RUNS]
     return run_keys, argv
 
 

@@ -49,6 +49,11 @@ def sealed_channel(run_id: str) -> str:
 #: one Cluster slot. The reaper reads it instead of scanning the keyspace.
 PENDING_RUNS = f"{PREFIX}:pending-runs"
 
+#: Every live run, scored by the expiry (epoch ms) of its newest record: written by the create
+#: script on a single Redis only (on Redis Cluster it is in another slot than the run's keys,
+#: and runs are found by SCAN instead). ``tool-boundary runs`` reads it instead of scanning.
+RUNS = f"{PREFIX}:runs"
+
 #: SCAN patterns.
 BUDGET_PATTERN = f"{PREFIX}:{{*}}:budget"
 PENDING_PATTERN = f"{PREFIX}:{{*}}:pending"

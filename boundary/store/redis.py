@@ -341,6 +341,15 @@ class RedisCanonicalStore(CanonicalStore):
         return due
 
     def run_ids(self) -> Iterator[str]:
+        """On a single Redis, the runs index's members whose newest record has not expired
+        (no SCAN); on a cluster, every run's budget key by SCAN."""
+        if not self._cluster:  # the create script keeps the index (``keys.RUNS``)
+            with _translated():
+                live: list[str] = self.client.zrange(  # type: ignore[assignment]
+                    keys.RUNS, f"({ms(self.now())}", "+inf", byscore=True
+                )
+            yield from live
+            return
         seen: set[str] = set()
         with _translated():
             for budget in self.client.scan_iter(match=keys.BUDGET_PATTERN, count=SCAN_COUNT):

@@ -116,7 +116,7 @@ def show(
 
 
 def runs(as_json: JsonFlag = False) -> None:
-    """Every live run (found by SCAN) with its calls counted by status."""
+    """Every live run with its calls counted by status."""
     settings = settings_or_fail()
     with reaching(settings):
         store = open_store(settings)

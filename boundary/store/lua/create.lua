@@ -21,6 +21,12 @@
 -- ARGV[11] = identity (run_id:tool_call_id), the member in the pending set
 -- KEYS[4] = pending-runs index  tb:pending-runs (optional: single-node Redis only; on a
 --           cluster it is in another hash slot, so the client bumps it with its own command)
+-- KEYS[5] = runs index  tb:runs (optional, with KEYS[4]; on a cluster runs are found by SCAN)
+--
+-- The runs index holds each run scored by the expiry of its newest record (its run keys live
+-- as long): a listing reads the members scored after now. A run's first create (seq 1) also
+-- trims up to ten members scored before now: each run is added once and removes up to ten,
+-- so the index stays about as large as the live runs.
 --
 -- Returns {1, seq} created; {0, "DUPLICATE"}; {0, "RUN_BUDGET"}; {0, "TOOL_BUDGET"}.
 
@@ -82,6 +88,21 @@ if KEYS[4] then
   redis.pcall("ZINCRBY", KEYS[4], 1, ARGV[1])
   -- No immortal key: the index lives as long as the newest record.
   redis.pcall("PEXPIRE", KEYS[4], ttl)
+end
+
+-- The run into the runs index, scored by its newest record's expiry (never moved back: a
+-- store with a shorter TTL cannot hide a longer-lived run). Best effort too (pcall).
+if KEYS[5] then
+  redis.pcall("ZADD", KEYS[5], "GT", now + ttl, ARGV[1])
+  if redis.call("PTTL", KEYS[5]) < ttl then
+    redis.call("PEXPIRE", KEYS[5], ttl)
+  end
+  if seq == 1 then
+    local expired = redis.pcall("ZRANGE", KEYS[5], "-inf", now, "BYSCORE", "LIMIT", 0, 10)
+    if #expired > 0 then
+      redis.pcall("ZREM", KEYS[5], unpack(expired))
+    end
+  end
 end
 
 return {1, seq}
