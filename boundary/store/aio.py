@@ -168,7 +168,7 @@ class AsyncRedisStore:
 
     async def seal_error(self, key: CanonicalKey, code: ErrorCode) -> WriteStatus:
         terms = SealTerms(evidence_status=EvidenceStatus.ERROR, error_code=code)
-        run_keys, argv = seal_args(key, terms, now_ms=self._now_ms())
+        run_keys, argv = seal_args(key, terms, now_ms=self._now_ms(), index=True)
         with _translated():
             reply = await self._seal(keys=run_keys, args=argv)
         return seal_result(reply)

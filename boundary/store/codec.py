@@ -223,9 +223,12 @@ def create_result(created: Any, detail: Any) -> CreateResult:
 
 
 def seal_args(
-    key: CanonicalKey, terms: SealTerms, *, now_ms: int
+    key: CanonicalKey, terms: SealTerms, *, now_ms: int, index: bool
 ) -> tuple[list[str], list[str | int]]:
-    """KEYS and ARGV of ``seal.lua``; the seal is announced on the run's sealed channel."""
+    """KEYS and ARGV of ``seal.lua``; the seal is announced on the run's sealed channel.
+
+    ``index``: the seal that empties the run's pending set also drops the run from the
+    pending-runs index (single-node Redis only, as ``create_args``)."""
     error_code = terms.get("error_code")
     diagnostic = terms.get("diagnostic")
     status = InvocationStatus.ERROR if error_code is not None else InvocationStatus.READY
@@ -235,6 +238,8 @@ def seal_args(
         keys.pending_key(key.run_id),
         keys.budget_key(key.run_id),
     ]
+    if index:
+        run_keys.append(keys.PENDING_RUNS)
     argv: list[str | int] = [
         status.value,
         terms["evidence_status"].value,

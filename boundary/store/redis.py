@@ -199,7 +199,7 @@ class RedisCanonicalStore(CanonicalStore):
         return WRITE_CODES[int(code)]
 
     def seal(self, key: CanonicalKey, **terms: Unpack[SealTerms]) -> WriteStatus:
-        run_keys, argv = seal_args(key, terms, now_ms=self._now_ms())
+        run_keys, argv = seal_args(key, terms, now_ms=self._now_ms(), index=not self._cluster)
         with _translated():
             code = self._seal(keys=run_keys, args=argv)
         return seal_result(code)
@@ -335,10 +335,17 @@ class RedisCanonicalStore(CanonicalStore):
                         gone += [run_id, _score(score)]
                     due.extend(_due_keys(members))
                 if gone:
-                    self._unindex_run(keys=[keys.PENDING_RUNS], args=gone)
+                    self._unindex_run(keys=self._unindex_keys(gone[::2]), args=gone)
                 if len(due) >= limit:
                     return due[:limit]
         return due
+
+    def _unindex_keys(self, run_ids: list[str]) -> list[str]:
+        """``unindex_run.lua``'s KEYS: the index, and on a single Redis the runs' pending keys
+        (the script then checks them itself; on a cluster they are in other hash slots)."""
+        if self._cluster:
+            return [keys.PENDING_RUNS]
+        return [keys.PENDING_RUNS, *(keys.pending_key(run_id) for run_id in run_ids)]
 
     def run_ids(self) -> Iterator[str]:
         """On a single Redis, the runs index's members whose newest record has not expired

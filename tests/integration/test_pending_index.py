@@ -23,21 +23,26 @@ def _scans(redis_client: redis.Redis) -> int:
     return _calls(redis_client, "scan")
 
 
-def test_the_reaper_reads_only_runs_with_pending_calls(
+def test_the_seal_that_ends_a_runs_last_pending_call_drops_it_from_the_index(
     store: RedisCanonicalStore, redis_client: redis.Redis
 ) -> None:
-    # Given 200 runs whose calls all ended, and one run with a call still PROJECTING
+    # Given 200 runs of two PROJECTING calls each, and one more run with a call PROJECTING
     for n in range(200):
-        store.seal_error(create_projecting(store, "c1", run_id=f"done-{n}"), ErrorCode.TOOL_TIMEOUT)
+        for call in ("c1", "c2"):
+            create_projecting(store, call, run_id=f"done-{n}")
     stuck = create_projecting(store, "c1", run_id="stuck")
+    # When one call of each of the 200 runs is sealed, the runs stay indexed
+    for n in range(200):
+        store.seal_error(key_of("c1", f"done-{n}"), ErrorCode.TOOL_TIMEOUT)
     assert redis_client.zcard(keys.PENDING_RUNS) == 201
-    # When the reaper looks for due calls (twice)
-    scans = _scans(redis_client)
-    store.due_pending()
-    assert store.due_pending() == []  # not due yet
-    # Then it scanned nothing, and the ended runs left the index: only the pending one is read
-    assert _scans(redis_client) == scans
+    # And when their last calls are sealed, they leave the index: only the pending run is left
+    for n in range(200):
+        store.seal_error(key_of("c2", f"done-{n}"), ErrorCode.TOOL_TIMEOUT)
     assert redis_client.zrange(keys.PENDING_RUNS, 0, -1) == [stuck.run_id]
+    # Then the reaper reads that run alone, and scans nothing
+    scans = _scans(redis_client)
+    assert store.due_pending() == []  # not due yet
+    assert _scans(redis_client) == scans
 
 
 def test_a_due_call_is_found_through_the_index(
@@ -58,18 +63,34 @@ def test_a_due_call_is_found_through_the_index(
     assert [k.tool_call_id for k in due] == ["c1"]
 
 
-def test_a_run_touched_since_the_reaper_read_it_stays_indexed(
+def test_a_run_whose_call_was_created_since_the_reaper_read_it_stays_indexed(
     store: RedisCanonicalStore, redis_client: redis.Redis
 ) -> None:
-    # Given a run the reaper read with score 1 whose calls had all ended
+    # Given a run the reaper read with score 1 while its only call was PROJECTING
     key = create_projecting(store, "c1", run_id="r1")
+    assert redis_client.zscore(keys.PENDING_RUNS, "r1") == 1
+    # When the call is sealed (the run leaves the index) and a new call of the run is created
+    # (the run is back, with score 1 again) before the reaper drops what it read
     store.seal_error(key, ErrorCode.TOOL_TIMEOUT)
-    # When a new call of the run is created before the reaper drops it
     create_projecting(store, "c2", run_id="r1")
-    dropped = store._unindex_run(keys=[keys.PENDING_RUNS], args=["r1", "1"])
-    # Then the run stays in the index
+    dropped = store._unindex_run(keys=store._unindex_keys(["r1"]), args=["r1", "1"])
+    # Then the run stays in the index: the script found its pending set
     assert dropped == 0
+    assert redis_client.zscore(keys.PENDING_RUNS, "r1") == 1
+
+
+def test_on_a_cluster_a_run_is_dropped_only_at_the_score_the_reaper_read(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    # Given a run the reaper read with score 1, touched by a create since (score 2); without
+    # the pending keys (as on a cluster, where they are in other hash slots)
+    redis_client.zadd(keys.PENDING_RUNS, {"r1": 2})
+    # When the reaper drops what it read
+    kept = store._unindex_run(keys=[keys.PENDING_RUNS], args=["r1", "1"])
+    # Then the run stays; at the score it has now it would go
+    assert kept == 0
     assert redis_client.zscore(keys.PENDING_RUNS, "r1") == 2
+    assert store._unindex_run(keys=[keys.PENDING_RUNS], args=["r1", "2"]) == 1
 
 
 def test_one_pass_drops_many_ended_runs_with_one_script_call_per_chunk(

@@ -142,15 +142,13 @@ def test_tracker_keeps_only_ordered_identities_and_no_second_copy(
     assert [m.rsplit(":", 1)[0] for m, _ in members] == ["run-1:c1", "run-1:c2"]
     assert [score for _, score in members] == [1.0, 2.0]
     assert all(m.rsplit(":", 1)[1].isdigit() for m, _ in members)
-    # The run's keys: the two records, its counters, its progress set, nothing else (but
-    # the global pending-runs index, which names the run until the reaper drops it, and the
-    # runs index).
+    # The run's keys: the two records, its counters, its progress set, nothing else (but the
+    # global runs index; the pending-runs index went with the last seal: nothing is pending).
     assert set(redis_client.scan_iter(match="*")) == {
         keys.record_key(key_of("c1")),
         keys.record_key(key_of("c2")),
         keys.budget_key(RUN_ID),
         keys.progress_key(RUN_ID),
-        keys.PENDING_RUNS,
         keys.RUNS,
     }
 

@@ -6,6 +6,8 @@
 -- KEYS[2] = progress key    tb:{run}:progress
 -- KEYS[3] = pending key     tb:{run}:pending
 -- KEYS[4] = budget key      tb:{run}:budget
+-- KEYS[5] = pending-runs index  tb:pending-runs (optional: single-node Redis only; on a
+--           cluster it is in another hash slot and the reaper drops ended runs itself)
 -- ARGV[1] = status: READY or ERROR
 -- ARGV[2] = evidence status
 -- ARGV[3] = agent result (canonical JSON), or "" for none
@@ -18,6 +20,16 @@
 -- ARGV[10] = tool_call_id, the message published on ARGV[9]
 --
 -- Returns 1 sealed; 0 missing or expired; -1 not PROJECTING; -2 status/evidence/code invalid.
+
+-- The seal that empties the run's pending set drops the run from the reaper's index, so the
+-- index holds only runs with calls PROJECTING. A create writes its pending entry before it
+-- indexes the run (in one script), so a run with a call pending is never dropped here.
+local function unindex_if_done()
+  if KEYS[5] and redis.call("EXISTS", KEYS[3]) == 0 then
+    -- Safe ids hold no colon: the run id is the identity up to its first one.
+    redis.pcall("ZREM", KEYS[5], string.match(ARGV[7], "^[^:]*"))
+  end
+end
 
 local status = ARGV[1]
 local evidence = ARGV[2]
@@ -41,6 +53,7 @@ local current = redis.call("HGET", KEYS[1], "status")
 if not current then
   -- Gone (expired): nothing is written, but a pending entry for it is dropped.
   redis.call("ZREM", KEYS[3], ARGV[7])
+  unindex_if_done()
   return 0
 end
 if current ~= "PROJECTING" then
@@ -67,6 +80,7 @@ local expires_at = now + pttl
 local seq = redis.call("HGET", KEYS[1], "seq")
 redis.call("ZADD", KEYS[2], seq, ARGV[7] .. ":" .. expires_at)
 redis.call("ZREM", KEYS[3], ARGV[7])
+unindex_if_done()
 -- Counters only on a live budget key: HINCRBY on a missing key would make an immortal one.
 if redis.call("EXISTS", KEYS[4]) == 1 then
   redis.call("HINCRBY", KEYS[4], "sealed:" .. status, 1)
