@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from bench.event_loop import step_cpu_times, ticker
+from bench.fixtures import create_noop
 from bench.sides import ARGUMENTS, CALL_TIMEOUT_S, Ours, call_ids
 from bench.stats import percentile
 from bench.tools import NOOP
@@ -62,26 +64,6 @@ def _check(outcomes: list[ToolOutcome]) -> None:
         raise RuntimeError(f"{len(failed)} calls not READY: {failed[0]}")
 
 
-@contextmanager
-def _step_cpu() -> Iterator[list[float]]:
-    """CPU time of each callback the event loop runs (``Handle._run``), on its thread."""
-    steps: list[float] = []
-    original = asyncio.events.Handle._run
-
-    def timed(handle: asyncio.events.Handle) -> None:
-        cpu = time.thread_time()
-        try:
-            original(handle)
-        finally:
-            steps.append(time.thread_time() - cpu)
-
-    asyncio.events.Handle._run = timed  # type: ignore[method-assign]
-    try:
-        yield steps
-    finally:
-        asyncio.events.Handle._run = original  # type: ignore[method-assign]
-
-
 def _ms(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     return {
@@ -99,15 +81,7 @@ def stall(ours: Ours, calls: int) -> dict[str, Any]:
 
     async def body() -> tuple[float, list[ToolOutcome]]:
         stop = asyncio.Event()
-
-        async def ticker() -> None:
-            while not stop.is_set():
-                began, cpu = time.perf_counter(), time.thread_time()
-                await asyncio.sleep(TICK_S)
-                late.append(time.perf_counter() - began - TICK_S)
-                tick_cpu.append(time.thread_time() - cpu)
-
-        ticking = asyncio.create_task(ticker())
+        ticking = asyncio.create_task(ticker(stop, TICK_S, late, tick_cpu))
         await asyncio.sleep(0.05)
         began = time.perf_counter()
         outcomes = await asyncio.gather(
@@ -118,15 +92,8 @@ def stall(ours: Ours, calls: int) -> dict[str, Any]:
         await ticking
         return elapsed, list(outcomes)
 
-    # The collector walking the whole process would show up as a stall of whatever step
-    # triggered it; the objects made before the measurement are frozen out of its way.
-    gc.collect()
-    gc.freeze()
-    try:
-        with _step_cpu() as steps:
-            elapsed, outcomes = _run(ours, body)
-    finally:
-        gc.unfreeze()
+    with step_cpu_times() as steps:
+        elapsed, outcomes = _run(ours, body)
     _check(outcomes)
     return {
         "calls": calls,
@@ -189,16 +156,7 @@ def _parked(ours: Ours) -> CanonicalKey:
     """An accepted call no worker will run: it stays PROJECTING for the whole measurement."""
     ((run_id, call_id),) = call_ids("b7-parked", 1)
     key = CanonicalKey(run_id=run_id, tool_call_id=call_id)
-    ours.store.create(
-        key,
-        tool_name=NOOP,
-        request='{"query":"ping"}',
-        deadline=None,
-        max_pending_s=3600,
-        reap_grace_s=60,
-        max_run_calls=None,
-        max_tool_calls=None,
-    )
+    create_noop(ours.store, key, request='{"query":"ping"}', reap_grace_s=60)
     return key
 
 

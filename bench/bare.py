@@ -27,17 +27,28 @@ EXECUTE = "bench_bare.execute"
 PROJECT = "bench_bare.project"
 
 
+def queue_config(
+    names: tuple[str, str] = (EXECUTE, PROJECT), queues: tuple[str, str] = QUEUES
+) -> dict[str, Any]:
+    """The Celery settings of a peer's two queues (direct exchanges of their own names) and
+    of its two tasks' routes: the execute step to the first queue, the project step to the
+    second, the first being the default."""
+    routes = {
+        name: {"queue": queue, "routing_key": queue}
+        for name, queue in zip(names, queues, strict=True)
+    }
+    return {
+        "task_queues": tuple(
+            Queue(name, Exchange(name, type="direct"), routing_key=name) for name in queues
+        ),
+        "task_default_queue": queues[0],
+        "task_routes": routes,
+    }
+
+
 def bare_config(settings: Settings) -> dict[str, Any]:
     """Our Celery configuration with the bare queues and routes."""
-    config = celery_config(settings)
-    config["task_queues"] = tuple(
-        Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES
-    )
-    config["task_default_queue"] = TOOLS_QUEUE
-    config["task_routes"] = {
-        EXECUTE: {"queue": TOOLS_QUEUE, "routing_key": TOOLS_QUEUE},
-        PROJECT: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
-    }
+    config = celery_config(settings) | queue_config()
     config.pop("beat_schedule", None)
     return config
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from kombu.entity import Exchange, Queue
 
-from bench.bare import outcome_shape
+from bench.bare import outcome_shape, queue_config
 from tasks.settings import Settings
 
 #: The defaults worker's queues, in the roles of ours ("tools", "projections").
@@ -31,14 +30,7 @@ def defaults_config(settings: Settings) -> dict[str, Any]:
     return {
         "broker_url": settings.broker,
         "result_backend": settings.backend,
-        "task_queues": tuple(
-            Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES
-        ),
-        "task_default_queue": TOOLS_QUEUE,
-        "task_routes": {
-            EXECUTE: {"queue": TOOLS_QUEUE, "routing_key": TOOLS_QUEUE},
-            PROJECT: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
-        },
+        **queue_config((EXECUTE, PROJECT), QUEUES),
         # Not a behaviour: only silences the start-up deprecation warning in the worker log.
         "broker_connection_retry_on_startup": True,
     }

@@ -10,7 +10,7 @@ Lua, as ``create``, ``store_raw`` and ``seal`` would make it, at a fraction of t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ import redis
 from bench.tools import NOOP
 from boundary import CanonicalKey, EvidenceStatus, RedisCanonicalStore, canonical_json
 from boundary.store._redis_common import load_script
+from boundary.store.base import CreateResult, CreateTerms
 
 #: What each script answers on success, told apart by its SHA1 (as EVALSHA names it).
 _DONE: dict[str, Any] = {
@@ -56,6 +57,46 @@ def payload(size: int) -> dict[str, Any]:
     return {"hits": [{"id": 1, "text": "x" * max(size - 30, 0)}]}
 
 
+#: A call of the no-op tool under no budget, due for the reaper an hour on.
+NOOP_CALL: CreateTerms = {
+    "tool_name": NOOP,
+    "request": "{}",
+    "deadline": None,
+    "max_pending_s": 3600,
+    "reap_grace_s": 0,
+    "max_run_calls": None,
+    "max_tool_calls": None,
+}
+
+
+def create_noop(store: RedisCanonicalStore, key: CanonicalKey, **terms: Any) -> CreateResult:
+    """Creates ``key`` PROJECTING: ``NOOP_CALL`` with ``terms`` instead where given."""
+    return store.create(key, **(NOOP_CALL | terms))  # type: ignore[arg-type]
+
+
+def _request(key: CanonicalKey) -> str:
+    return canonical_json({"query": f"q {key.tool_call_id}"})
+
+
+def _batched(
+    store: RedisCanonicalStore,
+    calls: Iterable[CanonicalKey],
+    write: Callable[[RedisCanonicalStore, CanonicalKey], object],
+) -> int:
+    """``write(batch, key)`` for each call, ``batch`` being ``store`` on ``DeferredScripts``
+    (sent every ``BATCH_CALLS`` calls); returns the count."""
+    deferred = DeferredScripts(store.client)  # type: ignore[arg-type]
+    batch = RedisCanonicalStore(client=deferred, ttl_s=store.ttl_s, limits=store.limits)
+    written = 0
+    for key in calls:
+        write(batch, key)
+        written += 1
+        if written % BATCH_CALLS == 0:
+            deferred.flush()
+    deferred.flush()
+    return written
+
+
 def write_sealed(
     store: RedisCanonicalStore,
     calls: Iterable[CanonicalKey],
@@ -64,29 +105,15 @@ def write_sealed(
     result: dict[str, Any] | None = None,
 ) -> int:
     """Creates, fills and seals READY each call, as the worker would; returns the count."""
-    deferred = DeferredScripts(store.client)  # type: ignore[arg-type]
-    batch = RedisCanonicalStore(client=deferred, ttl_s=store.ttl_s, limits=store.limits)
     raw = canonical_json(payload(raw_bytes))
     agent_result = canonical_json(result or {"hits": 1, "top": "x" * 40})
-    written = 0
-    for key in calls:
-        batch.create(
-            key,
-            tool_name=NOOP,
-            request=canonical_json({"query": f"q {key.tool_call_id}"}),
-            deadline=None,
-            max_pending_s=3600,
-            reap_grace_s=0,
-            max_run_calls=None,
-            max_tool_calls=None,
-        )
+
+    def write(batch: RedisCanonicalStore, key: CanonicalKey) -> None:
+        create_noop(batch, key, request=_request(key))
         batch.store_raw(key, raw)
         batch.seal(key, evidence_status=EvidenceStatus.EVIDENCE_FOUND, agent_result=agent_result)
-        written += 1
-        if written % BATCH_CALLS == 0:
-            deferred.flush()
-    deferred.flush()
-    return written
+
+    return _batched(store, calls, write)
 
 
 def write_pending(
@@ -94,39 +121,16 @@ def write_pending(
 ) -> int:
     """Creates each call PROJECTING (a call a worker never finished), due for the reaper at
     its ``deadline``; returns the count."""
-    deferred = DeferredScripts(store.client)  # type: ignore[arg-type]
-    batch = RedisCanonicalStore(client=deferred, ttl_s=store.ttl_s, limits=store.limits)
-    written = 0
-    for key in calls:
-        batch.create(
-            key,
-            tool_name=NOOP,
-            request=canonical_json({"query": f"q {key.tool_call_id}"}),
-            deadline=deadline,
-            max_pending_s=3600,
-            reap_grace_s=0,
-            max_run_calls=None,
-            max_tool_calls=None,
-        )
-        written += 1
-        if written % BATCH_CALLS == 0:
-            deferred.flush()
-    deferred.flush()
-    return written
+    return _batched(
+        store,
+        calls,
+        lambda batch, key: create_noop(batch, key, request=_request(key), deadline=deadline),
+    )
 
 
 def ensure_scripts(store: RedisCanonicalStore) -> None:
     """Loads the store's scripts on the server (a pipeline cannot answer NOSCRIPT itself)."""
     key = CanonicalKey(run_id="bench-scripts", tool_call_id="load")
-    store.create(
-        key,
-        tool_name=NOOP,
-        request="{}",
-        deadline=None,
-        max_pending_s=60,
-        reap_grace_s=0,
-        max_run_calls=None,
-        max_tool_calls=None,
-    )
+    create_noop(store, key, max_pending_s=60)
     store.store_raw(key, "{}")
     store.seal(key, evidence_status=EvidenceStatus.NO_EVIDENCE, agent_result="{}")

@@ -20,11 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,8 +36,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from bench.config import DEFAULT_REDIS_URL, OWN_DBS, Pool, bench_settings, db_url
+from bench.mcp_server import HttpServer, free_port
 from bench.mcp_tools import SLEEP
-from bench.workers import ROOT, WorkerProcess, running, settings_env
+from bench.workers import WorkerProcess, running, settings_env
 from boundary import CanonicalKey, RedisCanonicalStore, RunContext
 from tasks.app import create_app
 from tasks.mcp_server.client import DetailedTask, TaskHandle, TasksExtension, get_task
@@ -50,46 +47,6 @@ from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 RUN_ID = "bench-mcp"
 #: tasks/get's answer for an unknown task.
 INVALID_PARAMS = -32602
-SERVE = (sys.executable, "-m", "tasks.cli", "mcp", "--transport", "http")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Server:
-    port: int
-    env: dict[str, str]
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [*SERVE, "--port", str(self.port)],
-                cwd=ROOT,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=15)
 
 
 @dataclass
@@ -143,7 +100,7 @@ def sealed_at(store: RedisCanonicalStore, call_id: str) -> float:
 
 
 def one_call(
-    server: Server, store: RedisCanonicalStore, call_id: str, seconds: float, restart: bool
+    server: HttpServer, store: RedisCanonicalStore, call_id: str, seconds: float, restart: bool
 ) -> tuple[float, float | None]:
     handle = anyio.run(start_task, server.url, call_id, seconds)
     restart_s = None
@@ -151,7 +108,7 @@ def one_call(
         time.sleep(min(2.0, seconds / 2))
         killed = time.monotonic()
         server.kill()
-        server.start()
+        server.launch()
         anyio.run(poll_until_answered, server.url, handle.task_id)
         restart_s = time.monotonic() - killed
     task, seen = anyio.run(seen_completed, server.url, handle.task_id)
@@ -169,7 +126,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     store.open_run(RunContext(run_id=RUN_ID, authorized_tools=frozenset({SLEEP})))
     env = settings_env(settings) | {"TOOL_BOUNDARY_MCP_POLL_INTERVAL_MS": str(args.poll_ms)}
     logs = Path(tempfile.mkdtemp(prefix="bench-mcp-"))
-    server = Server(port=free_port(), env=env, log=logs / "server.log")
+    server = HttpServer(port=free_port(), log=logs / "server.log", env=env)
     figures = Figures()
 
     def worker() -> WorkerProcess:
@@ -185,7 +142,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     try:
         with running(worker):
-            server.start()
+            server.launch()
             anyio.run(poll_until_answered, server.url, f"{RUN_ID}:warm-up")
             for n in range(args.repetitions):
                 steady, _ = one_call(server, store, f"steady-{n}", args.seconds, restart=False)
@@ -201,7 +158,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     file=sys.stderr,
                 )
     finally:
-        server.stop()
+        server.stop(timeout_s=15)
         for db in OWN_DBS:
             redis.Redis.from_url(db_url(args.redis_url, db)).flushdb()
     return {

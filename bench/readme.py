@@ -85,12 +85,19 @@ def _values(runs: list[Run], name: str) -> list[float]:
     ]
 
 
+def _head(*titles: str) -> list[str]:
+    """A table's header row and its separator."""
+    return ["| " + " | ".join(titles) + " |", "|---" * len(titles) + "|"]
+
+
+def _with(runs: list[Run], name: str) -> list[tuple[Run, dict[str, Any]]]:
+    """Each run that holds results ``name``, with them."""
+    return [(run, run.results[name]) for run in runs if run.results.get(name) is not None]
+
+
 def targets_table(runs: list[Run]) -> str:
     """Each target's median over the runs, with the runs' spread; met by the median."""
-    lines = [
-        "| target | median of the runs (min-max) | runs | bound | met |",
-        "|---|---|---|---|---|",
-    ]
+    lines = _head("target", "median of the runs (min-max)", "runs", "bound", "met")
     for name, op, bound, label in TARGETS:
         values = _values(runs, name)
         if not values:
@@ -112,12 +119,15 @@ def pools_table(runs: list[Run]) -> str:
             for label in run.results.get(section, {}):
                 if label not in labels:
                     labels.append(label)
-    lines = [
-        "| pool | B1 ours / fair peer | B1 ours / Celery defaults | calls/s ours, fair, "
-        "defaults | B1 CPU fair / ours | B2 call p50 ours / fair | B2 submit / apply_async "
-        "p50 |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = _head(
+        "pool",
+        "B1 ours / fair peer",
+        "B1 ours / Celery defaults",
+        "calls/s ours, fair, defaults",
+        "B1 CPU fair / ours",
+        "B2 call p50 ours / fair",
+        "B2 submit / apply_async p50",
+    )
     for label in labels:
         b1 = [run.results["b1"][label] for run in runs if label in run.results.get("b1", {})]
         b2 = [run.results["b2"][label] for run in runs if label in run.results.get("b2", {})]
@@ -140,7 +150,7 @@ def pools_table(runs: list[Run]) -> str:
 
 def figures_table(runs: list[Run]) -> str:
     """Every headline figure ``bench.summarize`` quotes: median and spread over the runs."""
-    lines = ["| figure | median of the runs (min-max) | runs |", "|---|---|---|"]
+    lines = _head("figure", "median of the runs (min-max)", "runs")
     for row in summary_rows([run.document for run in runs]):
         values = [row["min"], row["median"], row["max"]]
         if row["min"] == row["max"]:
@@ -153,10 +163,9 @@ def figures_table(runs: list[Run]) -> str:
 
 def runs_table(runs: list[Run]) -> str:
     """Where each figure comes from: the file, its command, commit and the machine's load."""
-    lines = [
-        "| file | command | started (UTC) | commit | load average before / after (1, 5, 15 min) |",
-        "|---|---|---|---|---|",
-    ]
+    lines = _head(
+        "file", "command", "started (UTC)", "commit", "load average before / after (1, 5, 15 min)"
+    )
     for run in runs:
         meta = run.document.get("meta", {})
         load = f"{_load(meta.get('load_before'))} / {_load(meta.get('load_after'))}"
@@ -175,35 +184,33 @@ def _load(values: Any) -> str:
 
 def b5_table(runs: list[Run]) -> str:
     """Batch reprocessing: runs per second and what was checked, per run."""
-    lines = [
-        "| file | runs x calls | reprocessing s | runs/s | facts | failed | written calls/s |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for run in runs:
-        b5 = run.results.get("b5")
-        if b5 is None:
-            continue
+    lines = _head(
+        "file", "runs x calls", "reprocessing s", "runs/s", "facts", "failed", "written calls/s"
+    )
+    with_b5 = _with(runs, "b5")
+    for run, b5 in with_b5:
         lines.append(
             f"| `{run.path}` | {b5['runs']:,} x {b5['calls_per_run']} | "
             f"{b5['reprocess_s']:.2f} | **{_num(b5['runs_per_s'])}** | {b5['facts']:,} | "
             f"{b5['failed']} | {_num(b5['calls_written_per_s'])} |"
         )
-    values = [float(run.results["b5"]["runs_per_s"]) for run in runs if "b5" in run.results]
+    values = [float(b5["runs_per_s"]) for _, b5 in with_b5]
     lines.append(f"| median of {len(values)} | | | **{_median_spread(values)}** | | | |")
     return "\n".join(lines)
 
 
 def b6_table(runs: list[Run]) -> str:
     """One sealed record per raw size: memory against payload, and its encoding."""
-    lines = [
-        "| file | listpack value | raw bytes | payload bytes | MEMORY USAGE | memory / payload "
-        "| encoding |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for run in runs:
-        b6 = run.results.get("b6")
-        if b6 is None:
-            continue
+    lines = _head(
+        "file",
+        "listpack value",
+        "raw bytes",
+        "payload bytes",
+        "MEMORY USAGE",
+        "memory / payload",
+        "encoding",
+    )
+    for run, b6 in _with(runs, "b6"):
         setting = b6.get("hash_max_listpack_value", "?")
         for record in b6["records"]:
             lines.append(
@@ -216,16 +223,19 @@ def b6_table(runs: list[Run]) -> str:
 
 def b6_scale_table(runs: list[Run]) -> str:
     """The store at scale: memory per record, and the reaper's and ``runs``' cost."""
-    lines = [
-        "| file | records | listpack value | bytes per record (INFO) | sample record "
-        "(MEMORY USAGE, encoding) | reaper: due search s (found) | runs: SCAN s | runs: "
-        "summary per run ms | runs command s (all runs) | reaper: next pass s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for run in runs:
-        b6s = run.results.get("b6_scale")
-        if b6s is None:
-            continue
+    lines = _head(
+        "file",
+        "records",
+        "listpack value",
+        "bytes per record (INFO)",
+        "sample record (MEMORY USAGE, encoding)",
+        "reaper: due search s (found)",
+        "runs: SCAN s",
+        "runs: summary per run ms",
+        "runs command s (all runs)",
+        "reaper: next pass s",
+    )
+    for run, b6s in _with(runs, "b6_scale"):
         lines.append(
             f"| `{run.path}` | {b6s['records']:,} | {b6s['hash_max_listpack_value']} | "
             f"**{_num(b6s['bytes_per_record'])}** | {b6s['sample_record_bytes']:,}, "
@@ -295,18 +305,19 @@ def profile_table(runs: list[Run], top: int = 10) -> str:
     return "\n".join(lines).rstrip("\n") or "(no profile in these runs)"
 
 
-#: Block name -> renderer. Each renderer gets the runs its block's glob matched.
 def b7_table(runs: list[Run]) -> str:
     """The async boundary on one event loop: stall, throughput against threads, per run."""
-    lines = [
-        "| file | calls | tick lateness p50 / p99 / worst, ms | longest loop step, ms CPU "
-        "| loop CPU per tick, worst, ms | async / sync calls per s | async / sync |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for run in runs:
-        b7 = run.results.get("b7")
-        if b7 is None:
-            continue
+    lines = _head(
+        "file",
+        "calls",
+        "tick lateness p50 / p99 / worst, ms",
+        "longest loop step, ms CPU",
+        "loop CPU per tick, worst, ms",
+        "async / sync calls per s",
+        "async / sync",
+    )
+    with_b7 = _with(runs, "b7")
+    for run, b7 in with_b7:
         stall, rate = b7["stall"], b7["throughput"]
         late = stall["tick_lateness"]
         lines.append(
@@ -317,12 +328,11 @@ def b7_table(runs: list[Run]) -> str:
             f"{_num(statistics.median(rate['sync_per_s']))} | "
             f"**{_num(rate['ratio']['median'])}** |"
         )
-    with_b7 = [run for run in runs if "b7" in run.results]
     cells = [
-        _median_spread([r.results["b7"]["stall"]["tick_lateness"]["max_ms"] for r in with_b7]),
-        _median_spread([r.results["b7"]["stall"]["longest_step_cpu_ms"] for r in with_b7]),
-        _median_spread([r.results["b7"]["stall"]["tick_cpu"]["max_ms"] for r in with_b7]),
-        _median_spread([r.results["b7"]["throughput"]["ratio"]["median"] for r in with_b7]),
+        _median_spread([b7["stall"]["tick_lateness"]["max_ms"] for _, b7 in with_b7]),
+        _median_spread([b7["stall"]["longest_step_cpu_ms"] for _, b7 in with_b7]),
+        _median_spread([b7["stall"]["tick_cpu"]["max_ms"] for _, b7 in with_b7]),
+        _median_spread([b7["throughput"]["ratio"]["median"] for _, b7 in with_b7]),
     ]
     lines.append(
         f"| median of {len(with_b7)} | | worst {cells[0]} | {cells[1]} | {cells[2]} | | "
@@ -334,30 +344,26 @@ def b7_table(runs: list[Run]) -> str:
 def b7_precision_table(runs: list[Run]) -> str:
     """Actual minus requested wait on a call still PROJECTING: median over the runs (with
     their spread) of each run's p50 and p99."""
-    lines = [
-        "| requested wait | outcome p50, ms over | outcome p99 | aoutcome p50 | aoutcome p99 |",
-        "|---|---|---|---|---|",
-    ]
-    with_b7 = [run for run in runs if "b7" in run.results]
-    first = with_b7[0].results["b7"]["precision"] if with_b7 else {}
+    lines = _head(
+        "requested wait", "outcome p50, ms over", "outcome p99", "aoutcome p50", "aoutcome p99"
+    )
+    precisions = [b7["precision"] for _, b7 in _with(runs, "b7")]
+    first = precisions[0] if precisions else {}
     waits = [w for w, got in first.items() if isinstance(got, dict)]
     for wait in waits:
         cells = [
-            _median_spread([r.results["b7"]["precision"][wait][side][q] for r in with_b7])
+            _median_spread([precision[wait][side][q] for precision in precisions])
             for side in ("sync", "async")
             for q in ("p50_ms", "p99_ms")
         ]
         lines.append(f"| {wait} s | " + " | ".join(cells) + " |")
-    pauses = [
-        r.results["b7"]["precision"]["gc_pause_max_ms"]
-        for r in with_b7
-        if "gc_pause_max_ms" in r.results["b7"]["precision"]
-    ]
+    pauses = [p["gc_pause_max_ms"] for p in precisions if "gc_pause_max_ms" in p]
     if pauses:
         lines.append(f"| longest GC pause during the waits, ms | {_median_spread(pauses)} | | | |")
     return "\n".join(lines)
 
 
+#: Block name -> renderer. Each renderer gets the runs its block's glob matched.
 RENDERERS: dict[str, Callable[[list[Run]], str]] = {
     "targets": targets_table,
     "pools": pools_table,

@@ -236,19 +236,17 @@ def _b1_panel(ax: Any, b1: dict[str, Any]) -> None:
     for i, label in enumerate(labels):
         ratio = b1[label]["ratio"]
         top = max(*b1[label]["ours_per_s"], *b1[label]["bare_per_s"])
-        ax.annotate(
-            f"{ratio['median']:.2f}\n({ratio['min']:.2f}-{ratio['max']:.2f})",
-            (i, top),
-            textcoords="offset points",
-            xytext=(0, 4),
-            ha="center",
-            fontsize=8,
-        )
+        _note_above(ax, f"{ratio['median']:.2f}\n({ratio['min']:.2f}-{ratio['max']:.2f})", (i, top))
     ax.set_xticks(range(len(labels)), labels)
     ax.set_ylabel("calls per second (N in flight)")
     ax.set_title("B1 end-to-end throughput; ours/fair peer ratio (min-max)")
     ax.margins(y=0.2)
     ax.legend(loc="lower right", fontsize=8)
+
+
+def _note_above(ax: Any, text: str, xy: tuple[float, float]) -> None:
+    """``text`` in small type, centred just above the point ``xy``."""
+    ax.annotate(text, xy, textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
 
 
 def _b2_panel(ax: Any, b2: dict[str, Any]) -> None:
@@ -278,13 +276,10 @@ def _b2_panel(ax: Any, b2: dict[str, Any]) -> None:
             label="p99" if n == 0 else None,
         )
     for i, label in enumerate(labels):
-        ax.annotate(
+        _note_above(
+            ax,
             f"{b2[label]['submit_over_ping_p50']:.1f} pings",
             (i + width, b2[label]["submit_p50_ms"]),
-            textcoords="offset points",
-            xytext=(0, 4),
-            ha="center",
-            fontsize=8,
         )
     ax.set_xticks(range(len(labels)), labels)
     ax.set_ylabel("milliseconds")

@@ -5,13 +5,11 @@ nothing, and an event loop that stays responsive while 200 calls run."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import statistics
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +18,8 @@ import pytest
 import redis
 from celery import Celery
 
+from bench.event_loop import step_cpu_times
+from bench.event_loop import ticker as tick
 from boundary import (
     CanonicalKey,
     InProcessDispatcher,
@@ -289,43 +289,13 @@ def worker_process(
     broker.flushdb()
 
 
-async def _ticker(stop: asyncio.Event, late: list[float]) -> None:
-    """Sleeps TICK_S again and again and notes how late each wake-up is (wall time)."""
-    while not stop.is_set():
-        began = time.perf_counter()
-        await asyncio.sleep(TICK_S)
-        late.append(time.perf_counter() - began - TICK_S)
-
-
-@contextmanager
-def step_cpu_times() -> Iterator[list[float]]:
-    """The CPU time of every callback the event loop runs (each step of each task): how long
-    code holds the loop between two awaits. CPU time of the loop's thread, so a step that is
-    descheduled by the OS or waits for the GIL does not count as busy."""
-    steps: list[float] = []
-    original = asyncio.events.Handle._run
-
-    def timed(handle: asyncio.events.Handle) -> None:
-        cpu = time.thread_time()
-        try:
-            original(handle)
-        finally:
-            steps.append(time.thread_time() - cpu)
-
-    asyncio.events.Handle._run = timed  # type: ignore[method-assign]
-    try:
-        yield steps
-    finally:
-        asyncio.events.Handle._run = original  # type: ignore[method-assign]
-
-
 def test_the_event_loop_is_not_stalled_while_200_calls_run(worker_process: ToolBoundary) -> None:
     boundary = worker_process
     late: list[float] = []
 
     async def body() -> list[ToolOutcome]:
         stop = asyncio.Event()
-        ticker = asyncio.create_task(_ticker(stop, late))
+        ticker = asyncio.create_task(tick(stop, TICK_S, late))
         await asyncio.sleep(0.05)
         outcomes = await asyncio.gather(
             *(boundary.ainvoke(call(f"t{i}"), RUN, timeout=60) for i in range(STALL_CALLS))
@@ -334,16 +304,9 @@ def test_the_event_loop_is_not_stalled_while_200_calls_run(worker_process: ToolB
         await ticker
         return list(outcomes)
 
-    # The test process holds pytest's, Celery's and every earlier test's objects: a full
-    # garbage collection over them costs ~80 ms wherever it happens to trigger. Frozen, they
-    # are not walked again, so what is measured is the boundary's own work.
-    gc.collect()
-    gc.freeze()
-    try:
-        with step_cpu_times() as steps:
-            outcomes = run_async(boundary, body)
-    finally:
-        gc.unfreeze()
+    # Garbage collection frozen meanwhile: what is measured is the boundary's own work.
+    with step_cpu_times() as steps:
+        outcomes = run_async(boundary, body)
     assert all(o.status is InvocationStatus.READY for o in outcomes)
     # No step of the boundary's code holds the loop anywhere near a stall (measured as CPU
     # time, which other processes cannot inflate); the ticker's wall lateness is bounded
