@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from bench.fixtures import NOOP_CALL
 from boundary import (
     CanonicalKey,
     EvidenceStatus,
@@ -163,6 +164,13 @@ def make_boundary(
     return ToolBoundary(store=store, registry=registry, dispatcher=dispatcher), store
 
 
+def create_terms(**overrides: Any) -> dict[str, Any]:
+    """``store.create``'s keyword arguments: a call of ``TOOL`` with empty arguments, no
+    deadline, no budget, reapable an hour on (the benchmark's ``NOOP_CALL`` but for the
+    tool), ``overrides`` replacing any of them."""
+    return {**NOOP_CALL, "tool_name": TOOL, **overrides}
+
+
 def create_projecting(
     store: RedisCanonicalStore,
     tool_call_id: str = "call_1",
@@ -173,16 +181,7 @@ def create_projecting(
 ) -> CanonicalKey:
     """A PROJECTING record written straight through the store (no tool, no dispatcher)."""
     key = key_of(tool_call_id, run_id)
-    created = store.create(
-        key,
-        tool_name=tool_name,
-        request=request,
-        deadline=None,
-        max_pending_s=3600,
-        reap_grace_s=0,
-        max_run_calls=None,
-        max_tool_calls=None,
-    )
+    created = store.create(key, **create_terms(tool_name=tool_name, request=request))
     assert created.seq is not None
     return key
 

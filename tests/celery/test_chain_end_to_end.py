@@ -29,6 +29,7 @@ from tasks.failures import ToolCallFailed
 from tasks.runtime import get_runtime
 from tests.celery.conftest import RUN, Stack
 from tests.conftest import celery_test_settings
+from tests.helpers import create_terms
 
 
 def invoke(
@@ -213,16 +214,7 @@ def test_outcome_of_a_record_sealed_without_a_celery_result_does_not_wait(
     # whose chain never ran: no Celery result will ever be written
     store = get_runtime().store
     key = CanonicalKey(run_id=RUN.run_id, tool_call_id="c1")
-    created = store.create(
-        key,
-        tool_name="lookup",
-        request="{}",
-        deadline=None,
-        max_pending_s=0,
-        reap_grace_s=0,
-        max_run_calls=None,
-        max_tool_calls=None,
-    )
+    created = store.create(key, **create_terms(tool_name="lookup", max_pending_s=0))
     assert created.seq == 1
     store.seal_error(key, ErrorCode.WORKER_LOST)
     # When

@@ -23,6 +23,7 @@ from tasks.settings import Settings
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
+from tests.helpers import create_terms
 from tests.servers import redis_server
 
 
@@ -98,16 +99,7 @@ def test_requeue_is_bounded_and_only_for_kept_raw_responses(redis_client: redis.
     with_raw = CanonicalKey(run_id="r1", tool_call_id="raw")
     without = CanonicalKey(run_id="r1", tool_call_id="none")
     for key in (with_raw, without):
-        store.create(
-            key,
-            tool_name="t",
-            request="{}",
-            deadline=None,
-            max_pending_s=0,
-            reap_grace_s=0,
-            max_run_calls=None,
-            max_tool_calls=None,
-        )
+        store.create(key, **create_terms(tool_name="t", max_pending_s=0))
     store.store_raw(with_raw, '{"hits":[]}')
 
     def decide(key: CanonicalKey) -> ReapDecision:

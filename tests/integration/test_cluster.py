@@ -23,6 +23,7 @@ from boundary import (
 )
 from boundary.store import keys
 from tests.celery_tools import registry
+from tests.helpers import create_terms
 from tests.servers import RedisServer, redis_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,16 +84,7 @@ def test_the_reaper_finds_due_calls_on_every_node(cluster: list[RedisServer]) ->
     store = RedisCanonicalStore.from_url(cluster[1].url, ttl_s=600, cluster=True)
     due = [CanonicalKey(run_id=f"cl-due-{n}", tool_call_id="c1") for n in range(RUNS)]
     for key in due:
-        store.create(
-            key,
-            tool_name="lookup",
-            request="{}",
-            deadline=None,
-            max_pending_s=0,
-            reap_grace_s=0,
-            max_run_calls=None,
-            max_tool_calls=None,
-        )
+        store.create(key, **create_terms(tool_name="lookup", max_pending_s=0))
     time.sleep(0.05)
     assert sorted(store.due_pending(), key=str) == sorted(due, key=str)
 

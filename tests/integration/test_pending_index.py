@@ -11,7 +11,7 @@ import redis
 from boundary import ErrorCode, RedisCanonicalStore
 from boundary.store import keys
 from boundary.store.base import CreateResult, CreateStatus
-from tests.helpers import create_projecting, key_of
+from tests.helpers import create_projecting, create_terms, key_of
 
 
 def _calls(redis_client: redis.Redis, command: str) -> int:
@@ -48,16 +48,8 @@ def test_the_seal_that_ends_a_runs_last_pending_call_drops_it_from_the_index(
 def test_a_due_call_is_found_through_the_index(
     store: RedisCanonicalStore, redis_client: redis.Redis
 ) -> None:
-    key = store.create(
-        create_projecting(store, "c0", run_id="r-due").__class__(run_id="r-due", tool_call_id="c1"),
-        tool_name="search",
-        request="{}",
-        deadline=None,
-        max_pending_s=0,
-        reap_grace_s=0,
-        max_run_calls=None,
-        max_tool_calls=None,
-    )
+    create_projecting(store, "c0", run_id="r-due")
+    key = store.create(key_of("c1", "r-due"), **create_terms(max_pending_s=0))
     assert key.seq == 2
     due = store.due_pending()
     assert [k.tool_call_id for k in due] == ["c1"]
@@ -116,15 +108,7 @@ def test_a_call_whose_run_cannot_be_indexed_is_still_created(
     # Given an index key that the create script cannot write (not a sorted set)
     redis_client.set(keys.PENDING_RUNS, "not a sorted set")
     key = key_of("c1", "r-unindexed")
-    create = {
-        "tool_name": "search",
-        "request": "{}",
-        "deadline": None,
-        "max_pending_s": 3600,
-        "reap_grace_s": 0,
-        "max_run_calls": None,
-        "max_tool_calls": None,
-    }
+    create = create_terms()
     # When a call is created
     if through == "sync":
         created = store.create(key, **create)

@@ -26,8 +26,8 @@ from boundary import (
 from boundary.store import CreateStatus, WriteStatus, keys
 from tests.helpers import (
     RUN_ID,
-    TOOL,
     create_projecting,
+    create_terms,
     envelope,
     key_of,
     make_run,
@@ -49,16 +49,7 @@ def test_create_writes_one_projecting_record_with_a_run_sequence(
     deadline = datetime.now(UTC) + timedelta(minutes=5)
     # When two calls of the run are created
     results = [
-        store.create(
-            key_of(call_id),
-            tool_name=TOOL,
-            request='{"q":"é"}',
-            deadline=deadline,
-            max_pending_s=3600,
-            reap_grace_s=0,
-            max_run_calls=None,
-            max_tool_calls=None,
-        )
+        store.create(key_of(call_id), **create_terms(request='{"q":"é"}', deadline=deadline))
         for call_id in ("call_1", "call_2")
     ]
     # Then each is CREATED with the next sequence number, PROJECTING, with a TTL
@@ -87,16 +78,7 @@ def test_create_refuses_a_duplicate_without_touching_anything(
     record = snapshot(redis_client, keys.record_key(key))
     budget = redis_client.hgetall(keys.budget_key(RUN_ID))
     # When it is created again
-    result = store.create(
-        key,
-        tool_name="other",
-        request="{}",
-        deadline=None,
-        max_pending_s=0,
-        reap_grace_s=0,
-        max_run_calls=None,
-        max_tool_calls=None,
-    )
+    result = store.create(key, **create_terms(tool_name="other", max_pending_s=0))
     # Then it is a duplicate and nothing changed
     assert result.status is CreateStatus.DUPLICATE
     assert result.seq is None
@@ -339,16 +321,7 @@ def test_due_pending_lists_calls_past_their_reap_time(store: RedisCanonicalStore
         ("due", now - timedelta(seconds=1)),
         ("later", None),
     ):
-        store.create(
-            key_of(call_id),
-            tool_name=TOOL,
-            request="{}",
-            deadline=deadline,
-            max_pending_s=3600,
-            reap_grace_s=0,
-            max_run_calls=None,
-            max_tool_calls=None,
-        )
+        store.create(key_of(call_id), **create_terms(deadline=deadline))
     sealed = create_projecting(store, "sealed")
     store.seal_error(sealed, ErrorCode.TOOL_TIMEOUT)
     # When the due calls are listed
