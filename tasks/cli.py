@@ -32,7 +32,13 @@ from tasks.commands.common import (
     settings_or_fail,
 )
 from tasks.commands.demo import demo
-from tasks.commands.interrupts import Interrupted, on_sigint, was_interrupted
+from tasks.commands.interrupts import (
+    Interrupted,
+    exit_interrupted,
+    interruptible,
+    on_sigint,
+    was_interrupted,
+)
 from tasks.commands.records import observe, runs, show
 from tasks.exits import (
     EXIT_INTERNAL,
@@ -91,7 +97,9 @@ def _open_out(path: str) -> IO[str]:
     if path == "-":
         return sys.stdout
     try:
-        return open(path, "w", encoding="utf-8")  # closed by the caller
+        # Line-buffered: a run's line is written when it is done, even if Ctrl-C ends the
+        # process next (it leaves by os._exit: no close).
+        return open(path, "w", encoding="utf-8", buffering=1)  # closed by the caller
     except OSError as exc:
         fail(f"cannot write {path}: {exc.strerror}", EXIT_USAGE)
 
@@ -189,11 +197,11 @@ def reproject_command(
 # --- the console script -------------------------------------------------------------------
 
 # In this order: it is the order of ``--help``.
-cli.command()(show)
-cli.command()(runs)
-cli.command()(observe)
-cli.command(name="reproject")(reproject_command)
-cli.command()(demo)
+cli.command()(interruptible(show))
+cli.command()(interruptible(runs))
+cli.command()(interruptible(observe))
+cli.command(name="reproject")(interruptible(reproject_command))
+cli.command()(interruptible(demo))
 cli.command("mcp")(mcp_command)
 
 
@@ -207,12 +215,10 @@ def main() -> None:
     try:
         cli()
     except Interrupted:
-        typer.echo("\ninterrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        exit_interrupted()
     except Exception as exc:
-        if was_interrupted():  # the Ctrl-C's Interrupted became another exception on its way
-            typer.echo("\ninterrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+        if was_interrupted():  # raised where Ctrl-C cut the main thread short (mcp)
+            exit_interrupted()
         typer.echo(f"error: unexpected {type(exc).__name__} (a bug; please report)", err=True)
         sys.exit(EXIT_INTERNAL)
 
