@@ -2,9 +2,10 @@
 
 What a record costs the server (``INFO memory`` before and after, per record, run keys
 included; ``MEMORY USAGE`` and the encoding of a sample record), and what the two
-operations that walk the keyspace cost at that size: the reaper's search for due calls
-(``store.due_pending``, with a few PROJECTING calls among the sealed ones) and the ``runs``
-command's listing (``store.run_ids`` and a summary per run).
+operations that list runs cost at that size: the reaper's search for due calls
+(``store.due_pending``, with a few PROJECTING calls among the sealed ones: it reads the
+pending-runs index) and the ``runs`` command's listing (``store.run_ids``: the runs index on a
+single Redis, SCAN on a cluster or before the index existed; and a summary per run).
 
 Memory depends on the server's ``hash-max-listpack-value``: with Redis's default (64) any
 field over 64 bytes (the request, the raw response or the agent result) makes the record a
@@ -69,6 +70,10 @@ def scale(store: RedisCanonicalStore, records: int) -> dict[str, Any]:
     write_pending(store, _keys("b6s-stuck", pending_runs), deadline=overdue)
     sample = CanonicalKey(run_id="b6s-run-0", tool_call_id="call_0")
     sample_key = store_keys.record_key(sample)
+    # What the reaper's first pass reads (runs sealed since the last pass stay in it unless
+    # their last seal dropped them), and what the runs listing reads (0: it SCANs).
+    pending_runs_indexed = int(client.zcard(store_keys.PENDING_RUNS))
+    runs_indexed = int(client.zcard(store_keys.RUNS))
     reaper_s, due = _timed(lambda: store.due_pending(datetime.now(UTC), limit=1000))
     # Once more: what a pass costs when the one before has tidied up (the pending-runs index
     # drops a run whose calls are all sealed when a pass finds it so).
@@ -88,6 +93,8 @@ def scale(store: RedisCanonicalStore, records: int) -> dict[str, Any]:
         "sample_record_encoding": client.object("encoding", sample_key),
         "keys": int(client.dbsize()),
         "pending_calls": pending_runs * CALLS_PER_RUN,
+        "pending_runs_indexed": pending_runs_indexed,
+        "runs_indexed": runs_indexed,
         "reaper_s": reaper_s,
         "reaper_found": len(due),
         "reaper_again_s": reaper_again_s,

@@ -229,8 +229,9 @@ def b6_scale_table(runs: list[Run]) -> str:
         "listpack value",
         "bytes per record (INFO)",
         "sample record (MEMORY USAGE, encoding)",
+        "reaper: runs in its index",
         "reaper: due search s (found)",
-        "runs: SCAN s",
+        "runs: listing s (how)",
         "runs: summary per run ms",
         "runs command s (all runs)",
         "reaper: next pass s",
@@ -239,12 +240,23 @@ def b6_scale_table(runs: list[Run]) -> str:
         lines.append(
             f"| `{run.path}` | {b6s['records']:,} | {b6s['hash_max_listpack_value']} | "
             f"**{_num(b6s['bytes_per_record'])}** | {b6s['sample_record_bytes']:,}, "
-            f"{b6s['sample_record_encoding']} | **{b6s['reaper_s']:.3f}** "
-            f"({b6s['reaper_found']} of {b6s['pending_calls']}) | {b6s['run_ids_s']:.2f} | "
+            f"{b6s['sample_record_encoding']} | {_indexed(b6s, 'pending_runs_indexed')} | "
+            f"**{b6s['reaper_s']:.3f}** ({b6s['reaper_found']} of {b6s['pending_calls']}) | "
+            f"{b6s['run_ids_s']:.2f} ({_listing(b6s)}) | "
             f"{b6s['summaries_per_run_ms']:.3f} | **{_num(b6s['runs_command_s'])}** | "
             f"{_again(b6s)} |"
         )
     return "\n".join(lines)
+
+
+def _indexed(b6s: dict[str, Any], field: str) -> str:
+    return f"{b6s[field]:,}" if field in b6s else "(not measured)"
+
+
+def _listing(b6s: dict[str, Any]) -> str:
+    if "runs_indexed" not in b6s:
+        return "SCAN"
+    return f"index of {b6s['runs_indexed']:,}" if b6s["runs_indexed"] else "SCAN"
 
 
 def _again(b6s: dict[str, Any]) -> str:
