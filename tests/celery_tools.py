@@ -88,6 +88,10 @@ def boom(arguments: dict[str, Any]) -> Any:
 
 
 def sleepy(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Sleeps ``seconds``; first creates the file ``started`` names, if any (a test waits for
+    it to know the tool runs, rather than sleeping and hoping it does)."""
+    if arguments.get("started"):
+        open(arguments["started"], "w").close()
     time.sleep(float(arguments.get("seconds", 1.0)))
     return {"hits": [{"id": f"slept-{arguments.get('n', 0)}", "pid": os.getpid()}]}
 
@@ -113,6 +117,38 @@ TOGETHER = threading.Barrier(3, timeout=5.0)
 def together(arguments: dict[str, Any]) -> dict[str, Any]:
     TOGETHER.wait()
     return {"hits": [{"id": "together"}]}
+
+
+#: Set by a test to let every ``held`` call return: until then the call cannot end READY
+#: (only at its 9 s time limit), so "still running" does not depend on how fast the test is.
+HELD = threading.Event()
+
+
+def held(arguments: dict[str, Any]) -> dict[str, Any]:
+    released = HELD.wait(timeout=30.0)
+    return {"hits": [{"id": "released" if released else "held"}]}
+
+
+#: ``crowd`` calls wait (at most 8 s) until this many of them are in flight at once: a call
+#: ends ``"crowd"`` only if the worker really ran that many side by side.
+CROWD_SIZE = 4
+_crowd = threading.Condition()
+_crowd_state = {"in_flight": 0, "peak": 0}
+
+
+def reset_crowd() -> None:
+    with _crowd:
+        _crowd_state.update(in_flight=0, peak=0)
+
+
+def crowd(arguments: dict[str, Any]) -> dict[str, Any]:
+    with _crowd:
+        _crowd_state["in_flight"] += 1
+        _crowd_state["peak"] = max(_crowd_state["peak"], _crowd_state["in_flight"])
+        _crowd.notify_all()
+        met = _crowd.wait_for(lambda: _crowd_state["peak"] >= CROWD_SIZE, timeout=8.0)
+        _crowd_state["in_flight"] -= 1
+    return {"hits": [{"id": f"crowd-{arguments.get('n', 0)}" if met else "alone"}]}
 
 
 def huge_raw(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -171,6 +207,8 @@ def build_registry() -> ToolRegistry:
             spec("huge_result", lookup, HugeResultProjector()),
             spec("slow", sleepy, timeout_s=1.0),
             spec("sleepy", sleepy, timeout_s=8.0),
+            spec("held", held, timeout_s=9.0),
+            spec("crowd", crowd, timeout_s=9.0),
             spec("leaky", leaky, SecretFreeProjector()),
             spec("writer", lookup, read_only=False),
             spec("suicide", suicide),

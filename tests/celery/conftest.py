@@ -3,6 +3,7 @@ RabbitMQ broker with a worker subprocess) and helpers to read what a call left b
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from boundary import RunContext, ToolBoundary
 from tasks import CeleryDispatcher
 from tasks.app import create_app
 from tasks.runtime import get_runtime
+from tests import celery_tools
 from tests.celery.workers import celery_process, worker_args
 from tests.celery_tools import registry
 from tests.conftest import (
@@ -85,3 +87,12 @@ def log_dir(tmp_path: Path) -> Path:
     path = tmp_path / "logs"
     path.mkdir(exist_ok=True)
     return path
+
+
+@pytest.fixture
+def held_calls() -> Iterator[threading.Event]:
+    """``held`` calls on the in-process worker run until the test sets this event (at the
+    latest when it ends): a call "still running" then does not depend on the machine's speed."""
+    celery_tools.HELD.clear()
+    yield celery_tools.HELD
+    celery_tools.HELD.set()

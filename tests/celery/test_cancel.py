@@ -96,14 +96,16 @@ def test_cancelling_a_running_call_is_final_when_the_tool_returns(
 
 
 def test_cancelling_a_queued_call_revokes_its_work_unstarted(
-    celery_boundary: ToolBoundary, events: TaskEvents
+    celery_boundary: ToolBoundary, events: TaskEvents, held_calls: threading.Event
 ) -> None:
-    # Given every worker thread busy with a slow call, and one more call queued behind them
+    # Given every worker thread busy with a call held until the test lets it go, and one
+    # more call queued behind them
     for n in range(8):
-        submit(celery_boundary, f"busy-{n}", "sleepy", {"seconds": 1.5, "n": n})
+        submit(celery_boundary, f"busy-{n}", "held", {"n": n})
     submit(celery_boundary, "c-queued", "lookup", {"query": "timeouts"})
-    # When the queued call is cancelled before a thread frees up
+    # When the queued call is cancelled before a thread frees up (none can: they are held)
     outcome = celery_boundary.cancel(RUN.run_id, "c-queued")
+    held_calls.set()
     # Then its execute task is revoked when its turn comes, and its tool never runs
     assert outcome.error_code is ErrorCode.CANCELLED
     execute_id = key("c-queued").task_id("execute")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
 
 HUNG = 4
+#: How long each hung projector hangs, seconds: far past any shutdown that does not wait.
+HANG_S = 240
 LATER = 20
 
 
@@ -51,7 +54,7 @@ def test_hung_projectors_end_projection_failed_and_later_calls_settle(
         started = time.monotonic()
         ids = [f"hung-{n}" for n in range(HUNG)] + [f"later-{n}" for n in range(LATER)]
         for call_id in ids:
-            tool, args = ("hung_projector", {"query": "x", "hang": 120})
+            tool, args = ("hung_projector", {"query": "x", "hang": HANG_S})
             if call_id.startswith("later"):
                 tool, args = ("lookup", {"query": "x"})
             envelope = ToolCallEnvelope(
@@ -67,12 +70,15 @@ def test_hung_projectors_end_projection_failed_and_later_calls_settle(
                 assert outcome.error_code is ErrorCode.PROJECTION_FAILED, outcome
             else:
                 assert outcome.status is InvocationStatus.READY, outcome
-        # And a warm shutdown does not wait for the hung projectors
+        # And a warm shutdown does not wait for the hung projectors (they hang HANG_S: a
+        # shutdown that waited for them would outlast this wait)
         stopping = time.monotonic()
         os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
+        try:
+            worker.wait(timeout=HANG_S / 2)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the warm shutdown waits for the hung projectors ({HANG_S}s)")
         shutdown = time.monotonic() - stopping
-    assert shutdown < 30
     print(
         f"{HUNG} hung projectors + {LATER} calls settled in {settled:.2f}s; "
         f"warm shutdown {shutdown:.2f}s"

@@ -144,8 +144,13 @@ def test_a_store_failure_under_the_project_step_resends_it(
                 assert time.monotonic() < give_up
                 time.sleep(0.05)
             server.stop()
-            # When the store comes back after the step's own retries are spent
-            time.sleep(5)
+            # When the store comes back after the step's own retries are spent (the worker
+            # says it sent the step again; the wait only fails a hung test)
+            log = tmp_path / "w.log"
+            give_up = time.monotonic() + 60
+            while "sent again" not in log.read_text(errors="replace"):
+                assert time.monotonic() < give_up, log.read_text()[-3000:]
+                time.sleep(0.1)
             server.start()
             back = time.monotonic()
             # Then the step is sent again and the call ends READY without the reaper

@@ -92,9 +92,13 @@ def test_killed_pool_process_is_retried_and_ends_ready(
     with celery_process(
         settings, *worker_args("prefork", pool="prefork", concurrency=1), log=tmp_path / "w.log"
     ) as worker:
-        # Given a tool running in the worker's only pool process
-        submit(boundary, "c1", "sleepy", {"seconds": 3})
-        time.sleep(1.5)
+        # Given a tool running in the worker's only pool process (it says so: a file)
+        started_file = tmp_path / "started"
+        submit(boundary, "c1", "sleepy", {"seconds": 3, "started": str(started_file)})
+        give_up = time.monotonic() + 60
+        while not started_file.exists():
+            assert time.monotonic() < give_up, (tmp_path / "w.log").read_text()[-3000:]
+            time.sleep(0.05)
         (child,) = children(worker.pid)
         # When that process is killed
         started = time.monotonic()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -248,12 +247,10 @@ class TestSqlRead:
         endless = (
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
         )
-        started = time.monotonic()
 
+        # The query never ends by itself: ToolTimeout is the proof that the limit stopped it
         with pytest.raises(ToolTimeout):
             sqlread.run_query(DB_PATH, endless, time_limit_s=0.2)
-
-        assert time.monotonic() - started < 5
 
 
 #: Every way a statement could try to change the database or reach another file.
