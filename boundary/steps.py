@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import queue
-import threading
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -23,6 +19,7 @@ from pydantic import ValidationError
 
 from boundary.diagnostics import Diagnostic, Stage
 from boundary.errors import ErrorCode, ToolTimeout
+from boundary.handover import process_handover
 from boundary.limits import Limits, canonical_json, utf8_size
 from boundary.models import (
     READY_EVIDENCE,
@@ -35,6 +32,17 @@ from boundary.models import (
 )
 from boundary.registry import ToolRegistry
 from boundary.store.base import CanonicalStore, WriteStatus
+from boundary.tool_threads import DEFAULT_MAX_TOOL_THREADS, limit_tool_threads, run_bounded
+
+__all__ = [
+    "DEFAULT_MAX_TOOL_THREADS",
+    "DEFAULT_PROJECTION_TIMEOUT_S",
+    "ExecuteResult",
+    "execute_step",
+    "limit_tool_threads",
+    "outcome_from_record",
+    "project_step",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +50,6 @@ EXECUTE, PROJECT = Stage.EXECUTE, Stage.PROJECT
 #: Seconds a projector may run before the call is sealed PROJECTION_FAILED. Projectors are
 #: pure and small; one that runs this long is hung.
 DEFAULT_PROJECTION_TIMEOUT_S = 30.0
-#: Threads a process may start for tools and projectors; each hung run holds one for good.
-#: Keep it above the worker's concurrency: a run waits for a free one otherwise.
-DEFAULT_MAX_TOOL_THREADS = 32
 #: The note of a call whose tool the worker's registry does not have.
 NOT_REGISTERED = "the tool is not in this worker's registry (TOOL_BOUNDARY_TOOLS)"
 
@@ -80,115 +85,6 @@ def record_size(record: CanonicalRecord, **changes: Any) -> int:
     fields = record.model_dump(mode="json")
     fields.update(changes)
     return utf8_size(canonical_json(fields))
-
-
-class _ToolThreads:
-    """Daemon threads that run tools (and projectors), kept and reused once idle.
-
-    Starting a thread per tool run cost about 150 µs on a loaded 2-core machine (a fifth of the
-    execute step's time); handing the run to an idle thread costs a queue put. A tool that
-    overruns keeps its thread until it returns, so a new thread is started whenever none is
-    idle, up to ``max_threads``: past that (that many tools hung at once), a run waits for a
-    thread to come free within its own time limit, and times out otherwise, so hung tools cost
-    a bounded number of threads. Daemon threads, so a hung tool never holds up a worker's exit
-    (``ThreadPoolExecutor`` joins its threads at exit).
-    """
-
-    def __init__(self, max_threads: int = DEFAULT_MAX_TOOL_THREADS) -> None:
-        self.max_threads = max_threads
-        self._lock = threading.Condition()
-        self._idle: list[queue.SimpleQueue[Any]] = []
-        self._started = 0
-
-    @property
-    def started(self) -> int:
-        """Threads started (and alive: they never end) so far."""
-        return self._started
-
-    def _inbox(self, timeout_s: float) -> queue.SimpleQueue[Any]:
-        give_up = time.monotonic() + max(timeout_s, 0.0)
-        with self._lock:
-            while not self._idle and self._started >= self.max_threads:
-                left = give_up - time.monotonic()
-                if left <= 0:
-                    # Every thread is held by a hung run: this one times out unstarted.
-                    raise ToolTimeout()
-                self._lock.wait(left)
-            if self._idle:
-                return self._idle.pop()
-            self._started += 1
-        inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        threading.Thread(
-            target=self._serve, args=(inbox,), name="tool-boundary-tool", daemon=True
-        ).start()
-        return inbox
-
-    def run(self, executor: Any, arguments: Any, timeout_s: float) -> Any:
-        started = time.monotonic()
-        inbox = self._inbox(timeout_s)
-        outbox: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        inbox.put((executor, arguments, outbox))
-        try:
-            ok, value = outbox.get(timeout=max(timeout_s - (time.monotonic() - started), 0.0))
-        except queue.Empty:
-            raise ToolTimeout() from None
-        if ok:
-            return value
-        if not isinstance(value, Exception):
-            # SystemExit or KeyboardInterrupt raised by the tool in its own thread ends no
-            # process: it is the tool failing, and must not tear down the caller (nor leave
-            # the record PROJECTING).
-            raise RuntimeError("the tool raised a BaseException") from None
-        raise value
-
-    def _serve(self, inbox: queue.SimpleQueue[Any]) -> None:
-        while True:
-            executor, arguments, outbox = inbox.get()
-            try:
-                result: tuple[bool, Any] = (True, executor(arguments))
-            except BaseException as exc:
-                result = (False, exc)
-            outbox.put(result)
-            del executor, arguments, outbox, result
-            with self._lock:
-                self._idle.append(inbox)
-                self._lock.notify()
-
-
-_threads_lock = threading.Lock()
-_threads: tuple[int, _ToolThreads] | None = None
-_max_tool_threads = DEFAULT_MAX_TOOL_THREADS
-
-
-def _tool_threads() -> _ToolThreads:
-    """The process's tool threads; made anew in a forked child (prefork pool), where the
-    parent's threads do not exist."""
-    global _threads
-    pid = os.getpid()
-    with _threads_lock:
-        if _threads is None or _threads[0] != pid:
-            _threads = (pid, _ToolThreads(_max_tool_threads))
-        return _threads[1]
-
-
-def limit_tool_threads(max_threads: int) -> None:
-    """Caps the threads this process starts for tools and projectors (a worker sets it from
-    ``TOOL_BOUNDARY_MAX_TOOL_THREADS`` at start)."""
-    global _max_tool_threads
-    if max_threads < 1:
-        raise ValueError("max_threads must be >= 1")
-    _max_tool_threads = max_threads
-    _tool_threads().max_threads = max_threads
-
-
-def _run_bounded(spec_executor: Any, arguments: Any, timeout_s: float) -> Any:
-    """Runs the tool in a watchdog thread and gives up after ``timeout_s``.
-
-    A Python thread cannot be killed: a tool that overruns keeps running in the background,
-    but its output is discarded (the record is sealed TOOL_TIMEOUT first, and a sealed record
-    takes no raw response). Works in every Celery pool, unlike signal-based time limits.
-    """
-    return _tool_threads().run(spec_executor, arguments, timeout_s)
 
 
 def _seal_error(
@@ -255,7 +151,7 @@ def execute_step(
         timeout_s = min(timeout_s, (record.deadline - now).total_seconds())
     timeouts: tuple[type[BaseException], ...] = (*timeout_errors, ToolTimeout)
     try:
-        raw = _run_bounded(spec.executor, json.loads(record.request), timeout_s)
+        raw = run_bounded(spec.executor, json.loads(record.request), timeout_s)
     except timeouts:
         note = f"the tool ran past its time limit ({max(timeout_s, 0):.3g} s)"
         code = ErrorCode.TOOL_TIMEOUT
@@ -284,7 +180,10 @@ def execute_step(
         code = ErrorCode.RESULT_TOO_LARGE
         _seal_error(store, key, code, _failed(tool, code, EXECUTE, note=note))
         return ExecuteResult.SEALED
-    written = store.store_raw(key, raw_text)
+    written, stored = store.store_raw_into(record, raw_text)
+    if stored is not None:
+        # The project step of this call, if it runs in this process, need not read it back.
+        process_handover().put(stored)
     if written in (WriteStatus.OK, WriteStatus.ALREADY_STORED):
         return ExecuteResult.STORED
     if written is WriteStatus.MISSING:
@@ -322,7 +221,12 @@ def project_step(
 
     Returns the call's outcome: the bounded agent result, or a stable error code.
     """
-    record = store.get(key)
+    # Left by this call's execute step in this process (see ``boundary.handover``): then the
+    # seal names its creation time, so a later call under the same ids is never sealed.
+    record = process_handover().take(key)
+    handed_over = record.created_at if record is not None else None
+    if record is None:
+        record = store.get(key)
     if record is None:
         return ToolOutcome.error(key.tool_call_id, ErrorCode.RECORD_NOT_FOUND)
     sealed = outcome_from_record(record)
@@ -332,17 +236,31 @@ def project_step(
     if isinstance(projected, Diagnostic):
         code = projected.error_code
         projected.log(key.identity)
-        written = store.seal_error(key, code, diagnostic=projected)
+        written = store.seal(
+            key,
+            evidence_status=EvidenceStatus.ERROR,
+            error_code=code,
+            diagnostic=projected,
+            created_at=handed_over,
+        )
         logger.info("call %s sealed ERROR %s", key.identity, code.value)
         outcome = ToolOutcome.error(key.tool_call_id, code)
     else:
         outcome, result, scope = projected
         assert outcome.evidence_status is not None  # a READY outcome always has one
         written = store.seal(
-            key, evidence_status=outcome.evidence_status, agent_result=result, scope=scope
+            key,
+            evidence_status=outcome.evidence_status,
+            agent_result=result,
+            scope=scope,
+            created_at=handed_over,
         )
     if written is WriteStatus.OK:
         return outcome
+    if written is WriteStatus.REPLACED:
+        # The handed-over record had expired and another call took its ids: project that
+        # one, as read from the store.
+        return project_step(store, registry, key, timeout_s=timeout_s)
     # Someone else (the reaper, a redelivered message) sealed it first: the record decides.
     return _final_outcome(store, key)
 
@@ -364,7 +282,7 @@ def _project(
     try:
         # On a tool thread, under a time limit: a hung projector must not hold the worker's
         # projection slot (and every later call behind it) nor its warm shutdown.
-        value = _run_bounded(lambda _: spec.projector.project(raw, request), None, timeout_s)
+        value = run_bounded(lambda _: spec.projector.project(raw, request), None, timeout_s)
     except ToolTimeout:
         note = f"the projector ran past its time limit of {timeout_s:g}s"
         return _failed(tool, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)

@@ -65,6 +65,9 @@ class SealTerms(TypedDict, total=False):
     scope: str | None
     error_code: ErrorCode | None
     diagnostic: Diagnostic | None
+    #: Seal only the record created at this time (the one the caller read): a record under
+    #: the same ids created at another time answers ``WriteStatus.REPLACED``.
+    created_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +121,9 @@ class WriteStatus(StrEnum):
     NOT_PROJECTING = "NOT_PROJECTING"
     #: A raw response is already stored.
     ALREADY_STORED = "ALREADY_STORED"
+    #: The record under these ids is not the one the caller read (``created_at`` of a seal):
+    #: that call expired and another with the same ids was created since. Nothing written.
+    REPLACED = "REPLACED"
 
 
 class OpenRunStatus(StrEnum):
@@ -194,6 +200,14 @@ class CanonicalStore(ABC):
     @abstractmethod
     def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
         """Keep the complete raw response (canonical JSON) while PROJECTING."""
+
+    def store_raw_into(
+        self, record: CanonicalRecord, raw: str
+    ) -> tuple[WriteStatus, CanonicalRecord | None]:
+        """``store_raw`` for a record just read; when stored, also the record as the store now
+        holds it (``record`` with the raw response and its write time), or ``None`` when this
+        store cannot tell the write time."""
+        return self.store_raw(record.key, raw), None
 
     @abstractmethod
     def seal(self, key: CanonicalKey, **terms: Unpack[SealTerms]) -> WriteStatus:

@@ -27,11 +27,26 @@ WRITE_CODES = {
     0: WriteStatus.MISSING,
     -1: WriteStatus.NOT_PROJECTING,
     -2: WriteStatus.ALREADY_STORED,
+    -3: WriteStatus.REPLACED,
 }
 
 
 def ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
+
+
+def exact_ms(moment: datetime) -> int:
+    """Epoch ms of a time read from a record (``_from_ms``), back as the store wrote it
+    (rounded: the float of ``timestamp()`` may fall a hair below the millisecond)."""
+    return round(moment.timestamp() * 1000)
+
+
+def raw_result(code: Any) -> tuple[WriteStatus, datetime | None]:
+    """``store_raw.lua``'s reply: the write status, and the write time when stored."""
+    written = int(code)
+    if written >= 1:
+        return WriteStatus.OK, _from_ms(str(written))
+    return WRITE_CODES[written], None
 
 
 def _from_ms(value: str | None) -> datetime | None:
@@ -252,6 +267,9 @@ def seal_args(
         keys.sealed_channel(key.run_id),
         key.tool_call_id,
     ]
+    created_at = terms.get("created_at")
+    if created_at is not None:
+        argv.append(exact_ms(created_at))
     return run_keys, argv
 
 

@@ -43,7 +43,6 @@ from boundary.store.base import (
 )
 from boundary.store.codec import (
     PROGRESS_FIELDS,
-    WRITE_CODES,
     create_args,
     create_result,
     decode_record,
@@ -51,6 +50,7 @@ from boundary.store.codec import (
     ms,
     progress_entries,
     progress_member,
+    raw_result,
     seal_args,
     seal_result,
     with_in_flight,
@@ -194,9 +194,22 @@ class RedisCanonicalStore(CanonicalStore):
             logger.warning("run %s not indexed for the reaper (store error)", run_id)
 
     def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
+        return self._write_raw(key, raw)[0]
+
+    def store_raw_into(
+        self, record: CanonicalRecord, raw: str
+    ) -> tuple[WriteStatus, CanonicalRecord | None]:
+        written, at = self._write_raw(record.key, raw)
+        if at is None:
+            return written, None
+        # Only the raw response and updated_at change while PROJECTING without one (the
+        # script stored it, so neither a seal nor another raw came first).
+        return written, record.model_copy(update={"raw": raw, "updated_at": at})
+
+    def _write_raw(self, key: CanonicalKey, raw: str) -> tuple[WriteStatus, datetime | None]:
         with _translated():
             code = self._store_raw(keys=[keys.record_key(key)], args=[raw, self._now_ms()])
-        return WRITE_CODES[int(code)]
+        return raw_result(code)
 
     def seal(self, key: CanonicalKey, **terms: Unpack[SealTerms]) -> WriteStatus:
         run_keys, argv = seal_args(key, terms, now_ms=self._now_ms(), index=not self._cluster)

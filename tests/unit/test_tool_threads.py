@@ -8,12 +8,12 @@ import threading
 import pytest
 
 from boundary.errors import ToolTimeout
-from boundary.steps import _ToolThreads
+from boundary.tool_threads import ToolThreads
 
 
 def test_hung_runs_hold_at_most_max_threads_and_later_runs_time_out() -> None:
     # Given at most three threads, all three held by hung tools
-    threads = _ToolThreads(max_threads=3)
+    threads = ToolThreads(max_threads=3)
     release = threading.Event()
     for _ in range(3):
         with pytest.raises(ToolTimeout):
@@ -31,7 +31,7 @@ def test_hung_runs_hold_at_most_max_threads_and_later_runs_time_out() -> None:
 
 
 def test_a_run_waiting_for_a_thread_gets_one_freed_within_its_time_limit() -> None:
-    threads = _ToolThreads(max_threads=1)
+    threads = ToolThreads(max_threads=1)
     release = threading.Event()
     with pytest.raises(ToolTimeout):
         threads.run(lambda _: release.wait(30), None, 0.05)

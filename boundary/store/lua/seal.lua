@@ -18,8 +18,11 @@
 -- ARGV[8] = diagnostic (JSON: exception type and frame, never a message), or "" for none
 -- ARGV[9] = channel to announce the seal on (tb:{run}:sealed), or absent/"" for none
 -- ARGV[10] = tool_call_id, the message published on ARGV[9]
+-- ARGV[11] = created_at (epoch ms) of the record the caller read, or absent/"" for any: a
+--            record under the same ids created at another time is another call's
 --
--- Returns 1 sealed; 0 missing or expired; -1 not PROJECTING; -2 status/evidence/code invalid.
+-- Returns 1 sealed; 0 missing or expired; -1 not PROJECTING; -2 status/evidence/code invalid;
+-- -3 not the record the caller read (ARGV[11]).
 
 -- The seal that empties the run's pending set drops the run from the reaper's index, so the
 -- index holds only runs with calls PROJECTING. A create writes its pending entry before it
@@ -55,6 +58,9 @@ if not current then
   redis.call("ZREM", KEYS[3], ARGV[7])
   unindex_if_done()
   return 0
+end
+if ARGV[11] and ARGV[11] ~= "" and redis.call("HGET", KEYS[1], "created_at") ~= ARGV[11] then
+  return -3
 end
 if current ~= "PROJECTING" then
   return -1

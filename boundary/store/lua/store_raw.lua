@@ -5,7 +5,8 @@
 -- ARGV[1] = raw (canonical JSON)
 -- ARGV[2] = unused (the caller's clock once; the time is Redis TIME)
 --
--- Returns 1 stored; 0 missing or expired; -1 not PROJECTING; -2 raw already stored.
+-- Returns the write time (epoch ms, the record's new updated_at; always > 1) when stored;
+-- 0 missing or expired; -1 not PROJECTING; -2 raw already stored.
 
 local status = redis.call("HGET", KEYS[1], "status")
 if not status then
@@ -20,4 +21,4 @@ end
 local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call("HSET", KEYS[1], "raw", ARGV[1], "updated_at", now)
-return 1
+return now
