@@ -232,6 +232,7 @@ def b6_scale_table(runs: list[Run]) -> str:
         "reaper: runs in its index",
         "reaper: due search s (found)",
         "runs: listing s (how)",
+        "runs: SCAN s (same run)",
         "runs: summary per run ms",
         "runs command s (all runs)",
         "reaper: next pass s",
@@ -242,7 +243,7 @@ def b6_scale_table(runs: list[Run]) -> str:
             f"**{_num(b6s['bytes_per_record'])}** | {b6s['sample_record_bytes']:,}, "
             f"{b6s['sample_record_encoding']} | {_indexed(b6s, 'pending_runs_indexed')} | "
             f"**{b6s['reaper_s']:.3f}** ({b6s['reaper_found']} of {b6s['pending_calls']}) | "
-            f"{b6s['run_ids_s']:.2f} ({_listing(b6s)}) | "
+            f"{b6s['run_ids_s']:.2f} ({_listing(b6s)}) | {_scan(b6s)} | "
             f"{b6s['summaries_per_run_ms']:.3f} | **{_num(b6s['runs_command_s'])}** | "
             f"{_again(b6s)} |"
         )
@@ -257,6 +258,12 @@ def _listing(b6s: dict[str, Any]) -> str:
     if "runs_indexed" not in b6s:
         return "SCAN"
     return f"index of {b6s['runs_indexed']:,}" if b6s["runs_indexed"] else "SCAN"
+
+
+def _scan(b6s: dict[str, Any]) -> str:
+    if "scan_run_ids_s" not in b6s:
+        return "(not measured)"
+    return f"{b6s['scan_run_ids_s']:.2f} ({b6s['scan_run_ids_found']:,} found)"
 
 
 def _again(b6s: dict[str, Any]) -> str:

@@ -104,6 +104,7 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
     scale = results["b6_scale"]
     assert scale["reaper_found"] == scale["pending_calls"]
     assert scale["run_ids_found"] == scale["runs"] + scale["pending_calls"] // 10
+    assert scale["scan_run_ids_found"] == scale["run_ids_found"]  # the index lists them all
 
     # And every target has a row, and the report files are written
     assert {row["figure"] for row in document["targets"]} >= {
