@@ -23,10 +23,9 @@ DEFAULT_MAX_FACTS = 50
 DEFAULT_MAX_FACTS_BYTES = 64 * 1024
 
 
-class Limits(BaseModel):
-    """Size limits, enforced fail-closed."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class LimitFields(BaseModel):
+    """The size limits' fields, defaults and bounds, declared once for ``Limits`` and for the
+    worker settings (``tasks.settings.Settings``: one ``TOOL_BOUNDARY_*`` variable each)."""
 
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, gt=0)
     max_raw_bytes: int = Field(default=DEFAULT_MAX_RAW_BYTES, gt=0)
@@ -35,6 +34,12 @@ class Limits(BaseModel):
     max_json_depth: int = Field(default=DEFAULT_MAX_JSON_DEPTH, gt=0)
     max_facts: int = Field(default=DEFAULT_MAX_FACTS, ge=0)
     max_facts_bytes: int = Field(default=DEFAULT_MAX_FACTS_BYTES, ge=0)
+
+
+class Limits(LimitFields):
+    """Size limits, enforced fail-closed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 def canonical_json(value: Any) -> str:

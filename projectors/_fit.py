@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from boundary.errors import BoundaryError, ErrorCode
 from boundary.limits import DEFAULT_MAX_AGENT_RESULT_BYTES, canonical_json, utf8_size
+from boundary.models import EvidenceStatus, Projection
 
 #: Default bound on result + scope: a little under the boundary's default agent limit, so a
 #: projection fits even when an operator lowers that limit a bit.
@@ -183,6 +184,43 @@ def fit_items(
         if smaller is not None and json_size(render([*shown, smaller])) <= budget:
             shown = [*shown, smaller]
     return render(shown)
+
+
+def shrink_text(
+    item: dict[str, Any],
+    max_json_bytes: int,
+    *,
+    field: str,
+    min_bytes: int,
+    finish: Callable[[str], str] | None = None,
+) -> dict[str, Any] | None:
+    """``item`` with its text ``field`` cut (then passed through ``finish``) so that the item
+    fits ``max_json_bytes``, marked ``"truncated": true``; ``None`` when less than
+    ``min_bytes`` would be left for the text. A ``shrink`` for ``fit_items``."""
+    bare = {**item, field: "", "truncated": True}
+    room = max_json_bytes - json_size(bare) + json_size("")
+    if room < min_bytes:
+        return None
+    text, _ = shorten(item[field], room)
+    return {**bare, field: finish(text) if finish is not None else text}
+
+
+def bounded_projection(
+    items: Sequence[T],
+    render: Callable[[Sequence[T]], dict[str, Any]],
+    scope: dict[str, Any],
+    max_bytes: int,
+    *,
+    found: bool,
+    shrink: Callable[[T, int], T | None] | None = None,
+) -> Projection:
+    """The projection showing the longest prefix of ``items`` that fits ``max_bytes`` beside
+    ``scope`` (``fit_items``; ``ensure_within`` checks the whole), EVIDENCE_FOUND when
+    ``found``, else NO_EVIDENCE."""
+    result = fit_items(items, render, max_bytes - json_size(scope), shrink)
+    ensure_within(result, scope, max_bytes)
+    status = EvidenceStatus.EVIDENCE_FOUND if found else EvidenceStatus.NO_EVIDENCE
+    return Projection(evidence_status=status, result=result, scope=scope)
 
 
 def ensure_within(result: dict[str, Any], scope: dict[str, Any], max_bytes: int) -> None:

@@ -15,17 +15,16 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from boundary.models import EvidenceStatus, Projection
+from boundary.models import Projection
 from projectors._fit import (
     DEFAULT_MAX_BYTES,
     MalformedRawError,
+    bounded_projection,
     build_scope,
     check_max_bytes,
-    ensure_within,
-    fit_items,
-    json_size,
     label,
     shorten,
+    shrink_text,
 )
 
 #: Lines shown at most; the other matches are counted in ``omitted``.
@@ -91,10 +90,9 @@ class LogSearchProjector:
         def render(shown: Sequence[dict[str, Any]]) -> dict[str, Any]:
             return {**summary, "lines": list(shown), "omitted": len(lines) - len(shown)}
 
-        result = fit_items(candidates, render, self.max_bytes - json_size(scope), _shrink)
-        ensure_within(result, scope, self.max_bytes)
-        status = EvidenceStatus.EVIDENCE_FOUND if lines else EvidenceStatus.NO_EVIDENCE
-        return Projection(evidence_status=status, result=result, scope=scope)
+        return bounded_projection(
+            candidates, render, scope, self.max_bytes, found=bool(lines), shrink=_shrink
+        )
 
     def _item(self, line: Mapping[str, Any]) -> dict[str, Any]:
         item: dict[str, Any] = {
@@ -120,11 +118,7 @@ def count_by(values: Iterable[Any], max_keys: int = MAX_COUNT_KEYS) -> dict[str,
 
 def _shrink(item: dict[str, Any], max_json_bytes: int) -> dict[str, Any] | None:
     """The line with its message cut to fit, or ``None`` when too little would be left."""
-    bare = {**item, "message": "", "truncated": True}
-    room = max_json_bytes - json_size(bare) + json_size("")
-    if room < MIN_MESSAGE_BYTES:
-        return None
-    return {**bare, "message": shorten(item["message"], room)[0]}
+    return shrink_text(item, max_json_bytes, field="message", min_bytes=MIN_MESSAGE_BYTES)
 
 
 def _read_lines(raw: Any) -> list[Mapping[str, Any]]:

@@ -15,17 +15,16 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from boundary.models import EvidenceStatus, Projection
+from boundary.models import Projection
 from projectors._fit import (
     DEFAULT_MAX_BYTES,
     MalformedRawError,
+    bounded_projection,
     build_scope,
     check_max_bytes,
-    ensure_within,
-    fit_items,
-    json_size,
     label,
     shorten,
+    shrink_text,
 )
 
 #: Snippets shown at most; more passing hits are counted in ``omitted``.
@@ -110,10 +109,9 @@ class DocumentSearchProjector:
                 "below_min_score": below,
             }
 
-        result = fit_items(candidates, render, self.max_bytes - json_size(scope), _shrink)
-        ensure_within(result, scope, self.max_bytes)
-        status = EvidenceStatus.EVIDENCE_FOUND if passing else EvidenceStatus.NO_EVIDENCE
-        return Projection(evidence_status=status, result=result, scope=scope)
+        return bounded_projection(
+            candidates, render, scope, self.max_bytes, found=bool(passing), shrink=_shrink
+        )
 
     def _item(self, hit: _Hit, terms: re.Pattern[str] | None) -> dict[str, Any]:
         text, cut = make_snippet(hit.text, terms, self.max_snippet_bytes)
@@ -158,12 +156,9 @@ def _at_word_end(snippet: str) -> str:
 
 def _shrink(item: dict[str, Any], max_json_bytes: int) -> dict[str, Any] | None:
     """The hit with its snippet cut to fit, or ``None`` when too little text would be left."""
-    bare = {**item, "snippet": "", "truncated": True}
-    room = max_json_bytes - json_size(bare) + json_size("")
-    if room < MIN_SNIPPET_BYTES:
-        return None
-    snippet, _ = shorten(item["snippet"], room)
-    return {**bare, "snippet": _at_word_end(snippet)}
+    return shrink_text(
+        item, max_json_bytes, field="snippet", min_bytes=MIN_SNIPPET_BYTES, finish=_at_word_end
+    )
 
 
 def _term_pattern(query: Any) -> re.Pattern[str] | None:

@@ -13,16 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from boundary.models import EvidenceStatus, Projection
+from boundary.models import Projection
 from projectors._fit import (
     DEFAULT_MAX_BYTES,
     MalformedRawError,
+    bounded_projection,
     bounded_value,
     build_scope,
     check_max_bytes,
-    ensure_within,
-    fit_items,
-    json_size,
     label,
 )
 
@@ -100,11 +98,8 @@ class SqlRowsProjector:
             return result
 
         # Rows are not cut further: a row with fewer cells would misalign with the columns.
-        result = fit_items(candidates, render, self.max_bytes - json_size(scope))
-        ensure_within(result, scope, self.max_bytes)
         found = bool(rows) or more_rows
-        status = EvidenceStatus.EVIDENCE_FOUND if found else EvidenceStatus.NO_EVIDENCE
-        return Projection(evidence_status=status, result=result, scope=scope)
+        return bounded_projection(candidates, render, scope, self.max_bytes, found=found)
 
     def _row(self, row: list[Any]) -> _Row:
         cells, cut = [], 0

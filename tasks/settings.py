@@ -9,15 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from boundary import ConfigurationError, Limits
 from boundary.core import DEFAULT_MAX_PENDING_S, DEFAULT_REAP_GRACE_S
-from boundary.limits import (
-    DEFAULT_MAX_AGENT_RESULT_BYTES,
-    DEFAULT_MAX_FACTS,
-    DEFAULT_MAX_FACTS_BYTES,
-    DEFAULT_MAX_JSON_DEPTH,
-    DEFAULT_MAX_RAW_BYTES,
-    DEFAULT_MAX_RECORD_BYTES,
-    DEFAULT_MAX_REQUEST_BYTES,
-)
+from boundary.limits import LimitFields
 from boundary.steps import DEFAULT_MAX_TOOL_THREADS, DEFAULT_PROJECTION_TIMEOUT_S
 from boundary.store.base import DEFAULT_TTL_S
 
@@ -27,10 +19,12 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_TOOLS = "examples.tools:registry"
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, LimitFields):
     """Everything a worker, the CLI or the demo needs, from the environment.
 
     ``TOOL_BOUNDARY_REDIS_URL`` is the store; ``BROKER_URL`` and ``RESULT_BACKEND`` default to it.
+    The byte limits (``LimitFields``: ``MAX_REQUEST_BYTES`` ... ``MAX_FACTS_BYTES``) are the
+    same fields, defaults and bounds as ``Limits``.
     """
 
     # A rejected URL may hold a password: pydantic must not echo it in its error.
@@ -45,13 +39,6 @@ class Settings(BaseSettings):
     tools: str = DEFAULT_TOOLS
     #: At least a second: Celery's ``result_expires`` is whole seconds, and 0 means never.
     ttl_s: float = Field(default=DEFAULT_TTL_S, ge=1)
-    max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, gt=0)
-    max_raw_bytes: int = Field(default=DEFAULT_MAX_RAW_BYTES, gt=0)
-    max_record_bytes: int = Field(default=DEFAULT_MAX_RECORD_BYTES, gt=0)
-    max_agent_result_bytes: int = Field(default=DEFAULT_MAX_AGENT_RESULT_BYTES, gt=0)
-    max_json_depth: int = Field(default=DEFAULT_MAX_JSON_DEPTH, gt=0)
-    max_facts: int = Field(default=DEFAULT_MAX_FACTS, ge=0)
-    max_facts_bytes: int = Field(default=DEFAULT_MAX_FACTS_BYTES, ge=0)
     #: A call may stay PROJECTING this long (or until its run's deadline, if sooner) before
     #: the reaper may seal it WORKER_LOST.
     max_pending_s: float = Field(default=DEFAULT_MAX_PENDING_S, gt=0)

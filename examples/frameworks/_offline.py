@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from boundary import RunContext, ToolBoundary
 from tasks.app import configure
@@ -16,6 +16,8 @@ from tasks.demo import embedded_redis, worker_thread
 from tasks.dispatcher import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+
+T = TypeVar("T")
 
 #: The example tools a framework example's run may call.
 TOOLS = frozenset({"search_docs", "search_logs", "sql_read"})
@@ -60,11 +62,15 @@ class ScriptedProvider:
         self.requests.append(json.loads(request.content))
         return httpx2.Response(200, json=self.responses.pop(0))
 
-    def client(self) -> Any:
-        """An HTTP client (``httpx2``, what the OpenAI and Anthropic SDKs take) over it."""
+    def sdk(self, sdk_class: Callable[..., T], base_url: str) -> T:
+        """A provider SDK's client (``openai.OpenAI``, ``anthropic.Anthropic``) talking to it
+        offline over an ``httpx2`` mock transport: no key, no retries."""
         import httpx2
 
-        return httpx2.Client(transport=httpx2.MockTransport(self))
+        http_client = httpx2.Client(transport=httpx2.MockTransport(self))
+        return sdk_class(
+            api_key="offline", base_url=base_url, http_client=http_client, max_retries=0
+        )
 
 
 def show(tool_call_id: Any, text: Any, *, error: bool | None = None) -> None:

@@ -55,12 +55,7 @@ MODEL = ScriptedProvider(
 
 
 def main() -> int:
-    client = anthropic.Anthropic(
-        api_key="offline",
-        base_url="http://model.invalid",
-        http_client=MODEL.client(),
-        max_retries=0,
-    )
+    client = MODEL.sdk(anthropic.Anthropic, "http://model.invalid")
     with offline_boundary() as boundary:
         handle = boundary.for_run(example_run("anthropic"))  # glue
         messages: list[object] = [{"role": "user", "content": QUESTION}]

@@ -75,12 +75,7 @@ MODEL = ScriptedProvider(
 
 
 def main() -> int:
-    client = openai.OpenAI(
-        api_key="offline",
-        base_url="http://model.invalid/v1",
-        http_client=MODEL.client(),
-        max_retries=0,
-    )
+    client = MODEL.sdk(openai.OpenAI, "http://model.invalid/v1")
     with offline_boundary() as boundary:
         handle = boundary.for_run(example_run("openai-responses"))  # glue
         items: list[object] = [{"role": "user", "content": QUESTION}]

@@ -79,7 +79,15 @@ class ScriptedHTTP:
         self.requests.append(json.loads(request.content))
         return httpx2.Response(200, json=self.responses.pop(0))
 
-    def transport(self) -> Any:
+    def sdk(self, sdk_class: Any, base_url: str) -> Any:
+        """A provider SDK's client (``openai.OpenAI``, ``anthropic.AsyncAnthropic``...) talking
+        to this transport: a test key, no retries, an async HTTP client for an async SDK."""
         import httpx2
 
-        return httpx2.MockTransport(self)
+        http = httpx2.AsyncClient if sdk_class.__name__.startswith("Async") else httpx2.Client
+        return sdk_class(
+            api_key="sk-test",
+            base_url=base_url,
+            http_client=http(transport=httpx2.MockTransport(self)),
+            max_retries=0,
+        )

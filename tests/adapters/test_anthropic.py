@@ -22,6 +22,7 @@ USE_FIND = "toolu_01A09q90qw90lq917835lq9"
 USE_BOOM = "toolu_01Bq8RzL2mN4pK6sT9vW3xYz"
 USE_BAD = "toolu_01Cw5TgH7jK9lM1nB3vC5xZa"
 RAW_ONLY = "timeouts 0"
+BASE_URL = "http://anthropic.test"
 
 
 def results(messages: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -43,12 +44,7 @@ def test_tool_uses_get_results_under_their_ids_with_is_error(
         recorded("anthropic_repeat.json"),
         recorded("anthropic_final.json"),
     )
-    llm = anthropic.Anthropic(
-        api_key="sk-ant-test",
-        base_url="http://anthropic.test",
-        http_client=httpx2.Client(transport=http.transport()),
-        max_retries=0,
-    )
+    llm = http.sdk(anthropic.Anthropic, BASE_URL)
     messages: list[Any] = [{"role": "user", "content": "Why do requests time out?"}]
     # When the agent loop runs with the adapter's glue
     tools = anthropic_tools(handle)
@@ -92,12 +88,7 @@ def test_tool_uses_get_results_under_their_ids_with_is_error(
 
 def test_async_tool_results_leave_the_event_loop_free(handle: RunBoundary, gate: Gate) -> None:
     http = ScriptedHTTP(recorded("anthropic_gate.json"))
-    llm = anthropic.AsyncAnthropic(
-        api_key="sk-ant-test",
-        base_url="http://anthropic.test",
-        http_client=httpx2.AsyncClient(transport=http.transport()),
-        max_retries=0,
-    )
+    llm = http.sdk(anthropic.AsyncAnthropic, BASE_URL)
 
     async def turn() -> dict[str, Any]:
         reply = await llm.messages.create(

@@ -29,15 +29,7 @@ CALL_BOOM = "call_Bm4sT8vWq1RzX6yD"
 CALL_BAD = "call_Hn2cV5bLp7JkQ0aE"
 #: Text only the raw response holds (``lookup`` returns it; its projector does not).
 RAW_ONLY = "timeouts 0"
-
-
-def client(http: ScriptedHTTP) -> Any:
-    return openai.OpenAI(
-        api_key="sk-test",
-        base_url="http://openai.test/v1",
-        http_client=httpx2.Client(transport=http.transport()),
-        max_retries=0,
-    )
+BASE_URL = "http://openai.test/v1"
 
 
 def contents(messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -53,7 +45,7 @@ def test_chat_tool_calls_run_once_under_their_exact_ids(
         recorded("openai_chat_repeat.json"),
         recorded("openai_chat_final.json"),
     )
-    llm = client(http)
+    llm = http.sdk(openai.OpenAI, BASE_URL)
     messages: list[Any] = [{"role": "user", "content": "Why do requests time out?"}]
     # When the agent loop runs with the adapter's glue
     tools = chat_tools(handle)
@@ -101,12 +93,7 @@ def test_chat_tool_calls_run_once_under_their_exact_ids(
 def test_async_chat_leaves_the_event_loop_free(handle: RunBoundary, gate: Gate) -> None:
     # Given a tool that waits until the event loop opens its gate
     http = ScriptedHTTP(recorded("openai_chat_gate.json"))
-    llm = openai.AsyncOpenAI(
-        api_key="sk-test",
-        base_url="http://openai.test/v1",
-        http_client=httpx2.AsyncClient(transport=http.transport()),
-        max_retries=0,
-    )
+    llm = http.sdk(openai.AsyncOpenAI, BASE_URL)
 
     async def turn() -> list[dict[str, Any]]:
         reply = await llm.chat.completions.create(
@@ -129,7 +116,7 @@ def test_responses_function_calls_get_outputs_under_their_call_ids(
     http = ScriptedHTTP(
         recorded("openai_responses_function_calls.json"), recorded("openai_responses_final.json")
     )
-    llm = client(http)
+    llm = http.sdk(openai.OpenAI, BASE_URL)
     items: list[Any] = [{"role": "user", "content": "Why do requests time out?"}]
     tools = response_tools(handle)
 
