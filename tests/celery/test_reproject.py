@@ -145,15 +145,18 @@ def test_project_runs_through_the_worker_gives_each_runs_line_in_order(
     assert [len(line["facts"]) for line in (lines[0], lines[3])] == [2, 2]
 
 
-def test_project_runs_never_lets_a_store_failure_escape(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+@pytest.fixture
+def unreachable_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime's store is on a closed port, behind a password that must never be logged."""
     store = RedisCanonicalStore.from_url(
         "redis://:hunter2-pw@127.0.0.1:1/0", socket_connect_timeout=0.2
     )
     monkeypatch.setattr(tasks.runs, "get_runtime", lambda: SimpleNamespace(store=store))
     monkeypatch.setattr(tasks.calls, "STORE_RETRY_DELAY_S", 0.01)
 
+
+@pytest.mark.usefixtures("unreachable_store")
+def test_project_runs_never_lets_a_store_failure_escape(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR):
         lines = project_runs(["run-1", "run{2}"])
 
@@ -169,15 +172,8 @@ def test_project_run_of_an_unsafe_id_returns_an_error_line() -> None:
     assert project_run("run{1}") == {"run_id": None, "error": "INVALID_RUN_ID"}
 
 
-def test_project_run_never_lets_a_store_failure_escape(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    store = RedisCanonicalStore.from_url(
-        "redis://:hunter2-pw@127.0.0.1:1/0", socket_connect_timeout=0.2
-    )
-    monkeypatch.setattr(tasks.runs, "get_runtime", lambda: SimpleNamespace(store=store))
-    monkeypatch.setattr(tasks.calls, "STORE_RETRY_DELAY_S", 0.01)
-
+@pytest.mark.usefixtures("unreachable_store")
+def test_project_run_never_lets_a_store_failure_escape(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR):
         line = project_run("run-1")
 

@@ -4,6 +4,8 @@ no record written, the tool never run. Arguments are sent as JSON text, bytes an
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -78,6 +80,23 @@ def assert_refused(
     assert db_keys(redis_client) == keys_before
     assert tool.calls.value == 0
     assert projector.calls.value == 0
+
+
+@contextmanager
+def unchanged(redis_client: redis.Redis) -> Iterator[None]:
+    """Asserts that the block leaves every key of the test DB, and the run's budget, as
+    they were."""
+    before = db_keys(redis_client)
+    budget = redis_client.hgetall(keys.budget_key(RUN_ID))
+    yield
+    assert db_keys(redis_client) == before
+    assert redis_client.hgetall(keys.budget_key(RUN_ID)) == budget
+
+
+def refused_code(submission: Submission) -> ErrorCode | None:
+    """The error code of a submission's outcome (which a refusal always has)."""
+    assert submission.outcome is not None
+    return submission.outcome.error_code
 
 
 @pytest.fixture
@@ -273,20 +292,16 @@ def test_duplicate_tool_call_is_rejected(
     # Given a call that already completed
     tool, projector = fakes
     assert submit(boundary).accepted
-    before = db_keys(redis_client)
     record = snapshot(redis_client, keys.record_key(key_of("call_1")))
-    budget = redis_client.hgetall(keys.budget_key(RUN_ID))
     # When a second call with the same id is submitted (other arguments, same run)
-    submission = submit(boundary, arguments=as_form({"query": "other"}, form))
+    with unchanged(redis_client):
+        submission = submit(boundary, arguments=as_form({"query": "other"}, form))
     # Then it is refused, the tool does not run again, and nothing changed in Redis
-    assert submission.outcome is not None
-    assert submission.outcome.error_code is ErrorCode.DUPLICATE_TOOL_CALL
-    assert submission.outcome.tool_call_id == "call_1"
+    assert refused_code(submission) is ErrorCode.DUPLICATE_TOOL_CALL
+    assert submission.outcome is not None and submission.outcome.tool_call_id == "call_1"
     assert tool.calls.value == 1
     assert projector.calls.value == 1
-    assert db_keys(redis_client) == before
     assert snapshot(redis_client, keys.record_key(key_of("call_1"))) == record
-    assert redis_client.hgetall(keys.budget_key(RUN_ID)) == budget
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -301,16 +316,12 @@ def test_run_budget_exhausted_is_rejected(
     run = make_run(max_tool_calls=2)
     for call_id in ("call_1", "call_2"):
         assert submit(boundary, call_id, run=run).accepted
-    before = db_keys(redis_client)
-    budget = redis_client.hgetall(keys.budget_key(RUN_ID))
     # When a third call is submitted
-    submission = submit(boundary, "call_3", as_form(VALID, form), run=run)
+    with unchanged(redis_client):
+        submission = submit(boundary, "call_3", as_form(VALID, form), run=run)
     # Then it is refused, no record is written, the budget is not consumed, the tool not run
-    assert submission.outcome is not None
-    assert submission.outcome.error_code is ErrorCode.RUN_BUDGET_EXHAUSTED
-    assert db_keys(redis_client) == before
+    assert refused_code(submission) is ErrorCode.RUN_BUDGET_EXHAUSTED
     assert not redis_client.exists(keys.record_key(key_of("call_3")))
-    assert redis_client.hgetall(keys.budget_key(RUN_ID)) == budget
     assert tool.calls.value == 2
     assert projector.calls.value == 2
 
@@ -328,15 +339,11 @@ def test_tool_budget_exhausted_is_rejected(
     other, _ = register(registry, name="other")
     run = make_run(tools=(TOOL, "other"), max_calls_per_tool={TOOL: 1})
     assert submit(boundary, "call_1", run=run).accepted
-    before = db_keys(redis_client)
-    budget = redis_client.hgetall(keys.budget_key(RUN_ID))
     # When a second search call is submitted
-    submission = submit(boundary, "call_2", as_form(VALID, form), run=run)
+    with unchanged(redis_client):
+        submission = submit(boundary, "call_2", as_form(VALID, form), run=run)
     # Then it is refused and nothing changed
-    assert submission.outcome is not None
-    assert submission.outcome.error_code is ErrorCode.TOOL_BUDGET_EXHAUSTED
-    assert db_keys(redis_client) == before
-    assert redis_client.hgetall(keys.budget_key(RUN_ID)) == budget
+    assert refused_code(submission) is ErrorCode.TOOL_BUDGET_EXHAUSTED
     assert tool.calls.value == 1
     # And the other tool, within its own (absent) limit, still runs
     assert submit(boundary, "call_3", run=run, tool_name="other").accepted

@@ -276,7 +276,15 @@ def test_get_on_a_missing_key_is_none(store: RedisCanonicalStore) -> None:
     assert store.run_summary(RUN_ID) is None
 
 
-@pytest.mark.parametrize("write", ["store_raw", "seal_ready", "seal_error"])
+#: The store's writes on an existing record, by name.
+WRITES: dict[str, Callable[[RedisCanonicalStore, CanonicalKey], WriteStatus]] = {
+    "store_raw": lambda store, key: store.store_raw(key, '{"v":1}'),
+    "seal_ready": seal_ready,
+    "seal_error": lambda store, key: store.seal_error(key, ErrorCode.WORKER_LOST),
+}
+
+
+@pytest.mark.parametrize("write", list(WRITES))
 def test_writes_on_a_missing_key_do_not_recreate_it(
     store: RedisCanonicalStore, redis_client: redis.Redis, write: str
 ) -> None:
@@ -284,18 +292,14 @@ def test_writes_on_a_missing_key_do_not_recreate_it(
     key = create_projecting(store)
     redis_client.delete(keys.record_key(key))
     # When it is written to
-    written = {
-        "store_raw": lambda: store.store_raw(key, '{"v":1}'),
-        "seal_ready": lambda: seal_ready(store, key),
-        "seal_error": lambda: store.seal_error(key, ErrorCode.WORKER_LOST),
-    }[write]()
+    written = WRITES[write](store, key)
     # Then the write reports MISSING and the key stays absent (no immortal half record)
     assert written is WriteStatus.MISSING
     assert redis_client.exists(keys.record_key(key)) == 0
     assert not redis_client.exists(keys.progress_key(RUN_ID))
 
 
-@pytest.mark.parametrize("write", ["store_raw", "seal_ready", "seal_error"])
+@pytest.mark.parametrize("write", list(WRITES))
 def test_writes_on_an_expired_key_do_not_recreate_it(redis_client: redis.Redis, write: str) -> None:
     # Given a record with a 50 ms TTL that has expired
     store = RedisCanonicalStore(client=redis_client, ttl_s=0.05)
@@ -303,11 +307,7 @@ def test_writes_on_an_expired_key_do_not_recreate_it(redis_client: redis.Redis, 
     time.sleep(0.12)
     assert store.get(key) is None
     # When it is written to
-    written = {
-        "store_raw": lambda: store.store_raw(key, '{"v":1}'),
-        "seal_ready": lambda: seal_ready(store, key),
-        "seal_error": lambda: store.seal_error(key, ErrorCode.WORKER_LOST),
-    }[write]()
+    written = WRITES[write](store, key)
     # Then the write reports MISSING and EXISTS stays 0
     assert written is WriteStatus.MISSING
     assert redis_client.exists(keys.record_key(key)) == 0
