@@ -6,10 +6,7 @@ one decode per call. The execute step keeps the record as its raw response left 
 store's write time included, from ``store_raw_into``), and the project step takes it instead
 of reading. Its seal names the record's ``created_at``, so if another call with the same ids
 was created since (the first one expired), the seal is refused (``WriteStatus.REPLACED``) and
-the step reads the record as usual: the record still decides. The execute step also starts
-the projection on a tool thread once the raw response is stored, so the project step usually
-finds it done rather than handing the projector to a thread and waiting (its time limit
-still bounds the wait).
+the step reads the record as usual: the record still decides.
 
 Bounded: an entry is taken once, kept at most ``max_age_s``, at most ``max_entries`` of them
 (the oldest go first) and only for raw responses up to ``max_raw_chars``; a call whose
@@ -22,10 +19,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 
 from boundary.models import CanonicalKey, CanonicalRecord
-from boundary.tool_threads import Running
 
 #: Entries kept at once (each normally lives for the milliseconds between the two steps).
 DEFAULT_MAX_ENTRIES = 256
@@ -33,15 +28,6 @@ DEFAULT_MAX_ENTRIES = 256
 DEFAULT_MAX_AGE_S = 30.0
 #: Longest raw response (characters) kept: a larger one is read back from the store.
 DEFAULT_MAX_RAW_CHARS = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class HandedOver:
-    #: The record as the execute step's raw response left it.
-    record: CanonicalRecord
-    #: Its projection, started on a tool thread once the raw response was stored, or
-    #: ``None``: the project step runs the projector itself.
-    projection: Running | None = None
 
 
 class Handover:
@@ -57,28 +43,24 @@ class Handover:
         self.max_age_s = max_age_s
         self.max_raw_chars = max_raw_chars
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, tuple[float, HandedOver]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[float, CanonicalRecord]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def keeps(self, record: CanonicalRecord) -> bool:
-        """Whether ``put`` would keep ``record`` (its raw response is small enough)."""
-        return record.raw is not None and len(record.raw) <= self.max_raw_chars
-
-    def put(self, record: CanonicalRecord, projection: Running | None = None) -> None:
+    def put(self, record: CanonicalRecord) -> None:
         """Leaves ``record`` (holding its raw response) for its call's project step."""
-        if not self.keeps(record):
+        if record.raw is None or len(record.raw) > self.max_raw_chars:
             return
         identity = f"{record.run_id}:{record.tool_call_id}"
         with self._lock:
             self._entries.pop(identity, None)
-            self._entries[identity] = (time.monotonic(), HandedOver(record, projection))
+            self._entries[identity] = (time.monotonic(), record)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
-    def take(self, key: CanonicalKey) -> HandedOver | None:
-        """What was left for ``key``, once; ``None`` when nothing is (or it is too old)."""
+    def take(self, key: CanonicalKey) -> CanonicalRecord | None:
+        """The record left for ``key``, once; ``None`` when none is (or it is too old)."""
         with self._lock:
             entry = self._entries.pop(key.identity, None)
         if entry is None or time.monotonic() - entry[0] > self.max_age_s:

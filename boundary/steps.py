@@ -30,16 +30,9 @@ from boundary.models import (
     Projection,
     ToolOutcome,
 )
-from boundary.registry import ToolRegistry, ToolSpec
+from boundary.registry import ToolRegistry
 from boundary.store.base import CanonicalStore, WriteStatus
-from boundary.tool_threads import (
-    DEFAULT_MAX_TOOL_THREADS,
-    Running,
-    ToolThreads,
-    limit_tool_threads,
-    run_bounded,
-    tool_threads,
-)
+from boundary.tool_threads import DEFAULT_MAX_TOOL_THREADS, limit_tool_threads, run_bounded
 
 __all__ = [
     "DEFAULT_MAX_TOOL_THREADS",
@@ -188,11 +181,9 @@ def execute_step(
         _seal_error(store, key, code, _failed(tool, code, EXECUTE, note=note))
         return ExecuteResult.SEALED
     written, stored = store.store_raw_into(record, raw_text)
-    handover = process_handover()
-    if stored is not None and handover.keeps(stored):
-        # The project step of this call, if it runs in this process, need not read it back,
-        # and finds its projection under way (see ``boundary.handover``).
-        handover.put(stored, _start_projection(spec, stored))
+    if stored is not None:
+        # The project step of this call, if it runs in this process, need not read it back.
+        process_handover().put(stored)
     if written in (WriteStatus.OK, WriteStatus.ALREADY_STORED):
         return ExecuteResult.STORED
     if written is WriteStatus.MISSING:
@@ -232,16 +223,16 @@ def project_step(
     """
     # Left by this call's execute step in this process (see ``boundary.handover``): then the
     # seal names its creation time, so a later call under the same ids is never sealed.
-    handed = process_handover().take(key)
-    handed_over = handed.record.created_at if handed is not None else None
-    record = handed.record if handed is not None else store.get(key)
+    record = process_handover().take(key)
+    handed_over = record.created_at if record is not None else None
+    if record is None:
+        record = store.get(key)
     if record is None:
         return ToolOutcome.error(key.tool_call_id, ErrorCode.RECORD_NOT_FOUND)
     sealed = outcome_from_record(record)
     if sealed is not None:
         return sealed
-    running = handed.projection if handed is not None else None
-    projected = _project(registry, record, store.limits, timeout_s, running)
+    projected = _project(registry, record, store.limits, timeout_s)
     if isinstance(projected, Diagnostic):
         code = projected.error_code
         projected.log(key.identity)
@@ -274,22 +265,8 @@ def project_step(
     return _final_outcome(store, key)
 
 
-def _start_projection(spec: ToolSpec, record: CanonicalRecord) -> Running | None:
-    """Starts projecting a stored raw response on a tool thread (if one is free at once), for
-    the call's project step to collect in this process."""
-    raw, request = json.loads(record.raw or "null"), json.loads(record.request)
-    try:
-        return tool_threads().start(lambda _: spec.projector.project(raw, request), None, 0)
-    except ToolTimeout:
-        return None
-
-
 def _project(
-    registry: ToolRegistry,
-    record: CanonicalRecord,
-    limits: Limits,
-    timeout_s: float,
-    running: Running | None = None,
+    registry: ToolRegistry, record: CanonicalRecord, limits: Limits, timeout_s: float
 ) -> tuple[ToolOutcome, str, str | None] | Diagnostic:
     """The READY outcome with its result and scope as canonical JSON, or why it failed (the
     diagnostic carries the code to seal ERROR with)."""
@@ -301,16 +278,11 @@ def _project(
         # The execute step ended without keeping a response: the store failed under it.
         note = "no raw response was kept"
         return _failed(tool, ErrorCode.STORE_UNAVAILABLE, PROJECT, note=note)
-    raw_text, request_text = record.raw, record.request
+    raw, request = json.loads(record.raw), json.loads(record.request)
     try:
         # On a tool thread, under a time limit: a hung projector must not hold the worker's
-        # projection slot (and every later call behind it) nor its warm shutdown. Started
-        # by the execute step (``running``), or now.
-        if running is not None:
-            value = ToolThreads.result(running, timeout_s)
-        else:
-            raw, request = json.loads(raw_text), json.loads(request_text)
-            value = run_bounded(lambda _: spec.projector.project(raw, request), None, timeout_s)
+        # projection slot (and every later call behind it) nor its warm shutdown.
+        value = run_bounded(lambda _: spec.projector.project(raw, request), None, timeout_s)
     except ToolTimeout:
         note = f"the projector ran past its time limit of {timeout_s:g}s"
         return _failed(tool, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)

@@ -14,9 +14,6 @@ from boundary.errors import ToolTimeout
 #: Keep it above the worker's concurrency: a run waits for a free one otherwise.
 DEFAULT_MAX_TOOL_THREADS = 32
 
-#: A run handed to a tool thread: where its return value (or exception) arrives.
-Running = queue.SimpleQueue[tuple[bool, Any]]
-
 
 class ToolThreads:
     """Daemon threads that run tools (and projectors), kept and reused once idle.
@@ -59,19 +56,13 @@ class ToolThreads:
         ).start()
         return inbox
 
-    def start(self, executor: Any, arguments: Any, timeout_s: float) -> Running:
-        """Hands ``executor(arguments)`` to a thread, waiting at most ``timeout_s`` for a free
-        one (``ToolTimeout`` past it); ``result`` collects what it returns."""
+    def run(self, executor: Any, arguments: Any, timeout_s: float) -> Any:
+        started = time.monotonic()
         inbox = self._inbox(timeout_s)
-        outbox: Running = queue.SimpleQueue()
+        outbox: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
         inbox.put((executor, arguments, outbox))
-        return outbox
-
-    @staticmethod
-    def result(running: Running, timeout_s: float) -> Any:
-        """What a started run returned (or raised), waiting at most ``timeout_s`` for it."""
         try:
-            ok, value = running.get(timeout=max(timeout_s, 0.0))
+            ok, value = outbox.get(timeout=max(timeout_s - (time.monotonic() - started), 0.0))
         except queue.Empty:
             raise ToolTimeout() from None
         if ok:
@@ -82,11 +73,6 @@ class ToolThreads:
             # the record PROJECTING).
             raise RuntimeError("the tool raised a BaseException") from None
         raise value
-
-    def run(self, executor: Any, arguments: Any, timeout_s: float) -> Any:
-        started = time.monotonic()
-        running = self.start(executor, arguments, timeout_s)
-        return self.result(running, timeout_s - (time.monotonic() - started))
 
     def _serve(self, inbox: queue.SimpleQueue[Any]) -> None:
         while True:

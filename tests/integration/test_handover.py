@@ -12,7 +12,6 @@ from boundary import EvidenceStatus, InvocationStatus, RedisCanonicalStore, Tool
 from boundary.handover import process_handover
 from boundary.steps import ExecuteResult, execute_step, project_step
 from boundary.store.base import WriteStatus
-from boundary.tool_threads import ToolThreads
 from tests.helpers import FakeProjector, create_projecting, monitored, register
 
 
@@ -85,17 +84,3 @@ def test_a_seal_naming_another_creation_time_writes_nothing(store: RedisCanonica
     assert store.get(key) == record
     same = store.seal(key, evidence_status=EvidenceStatus.NO_EVIDENCE, created_at=record.created_at)
     assert same is WriteStatus.OK
-
-
-def test_the_execute_step_starts_the_projection_once_the_raw_response_is_stored(
-    store: RedisCanonicalStore, registry: ToolRegistry
-) -> None:
-    _, projector = register(registry)
-    key = create_projecting(store)
-    assert execute_step(store, registry, key) is ExecuteResult.STORED
-    handed = process_handover().take(key)
-    assert handed is not None and handed.projection is not None
-    # What the tool thread returns is the projector's answer to the stored raw response.
-    assert ToolThreads.result(handed.projection, 10) == projector.value
-    raw = {"hits": [{"id": 1, "text": "timeout in api"}]}
-    assert projector.seen == [(raw, {"query": "timeout"})]
