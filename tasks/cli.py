@@ -221,6 +221,12 @@ def main() -> None:
             exit_interrupted()
         typer.echo(f"error: unexpected {type(exc).__name__} (a bug; please report)", err=True)
         sys.exit(EXIT_INTERNAL)
+    except BaseExceptionGroup:
+        # mcp: anyio's task group wraps the Interrupted raised inside it (seen 1 in 40 Ctrl-C
+        # of mcp --transport stdio: exit 1 with a traceback).
+        if was_interrupted():
+            exit_interrupted()
+        raise
 
 
 if __name__ == "__main__":
