@@ -187,8 +187,10 @@ class RedisCanonicalStore(CanonicalStore):
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.zincrby(keys.PENDING_RUNS, 1, run_id)
-            # No immortal key: the index lives as long as the newest record.
-            pipe.pexpire(keys.PENDING_RUNS, int(self.ttl_s * 1000))
+            # No immortal key: the index lives as long as the newest record (NX: a new
+            # index; GT: a store with a shorter TTL never shortens it).
+            pipe.pexpire(keys.PENDING_RUNS, int(self.ttl_s * 1000), nx=True)
+            pipe.pexpire(keys.PENDING_RUNS, int(self.ttl_s * 1000), gt=True)
             pipe.execute()
         except (redis.RedisError, OSError):
             logger.warning("run %s not indexed for the reaper (store error)", run_id)

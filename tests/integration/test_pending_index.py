@@ -127,3 +127,33 @@ def test_a_call_whose_run_cannot_be_indexed_is_still_created(
     assert created.status is CreateStatus.CREATED
     assert redis_client.hget(keys.record_key(key), "status") == "PROJECTING"
     assert redis_client.get(keys.PENDING_RUNS) == "not a sorted set"
+
+
+@pytest.mark.parametrize("path", ["script", "cluster pipeline"])
+def test_a_store_with_a_shorter_ttl_never_shortens_the_index(
+    store: RedisCanonicalStore, redis_client: redis.Redis, path: str
+) -> None:
+    # Given the index, kept alive by a call of the long-lived store
+    create_projecting(store, "c1", run_id="r-long")
+    long_ttl_ms = int(store.ttl_s * 1000)
+    assert redis_client.pttl(keys.PENDING_RUNS) > long_ttl_ms - 60_000
+    # When a store with a one-second TTL indexes a run of its own (the create script on a
+    # single Redis; the separate pipeline a cluster store uses)
+    short = RedisCanonicalStore(client=store.client, ttl_s=1, limits=store.limits)
+    if path == "script":
+        create_projecting(short, "c1", run_id="r-short")
+    else:
+        short._index_run("r-short")
+    # Then both runs are indexed and the index still lives as long as the longer record
+    assert redis_client.zscore(keys.PENDING_RUNS, "r-short") == 1
+    assert redis_client.pttl(keys.PENDING_RUNS) > long_ttl_ms - 60_000
+
+
+def test_a_new_index_made_by_the_cluster_pipeline_expires(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    # Given no index yet, when the cluster path indexes a run
+    redis_client.delete(keys.PENDING_RUNS)
+    store._index_run("r-1")
+    # Then the new index has the store's TTL (no immortal key)
+    assert 0 < redis_client.pttl(keys.PENDING_RUNS) <= int(store.ttl_s * 1000)

@@ -86,8 +86,12 @@ end
 -- here, and a caller told otherwise would neither dispatch it nor try again under its id.
 if KEYS[4] then
   redis.pcall("ZINCRBY", KEYS[4], 1, ARGV[1])
-  -- No immortal key: the index lives as long as the newest record.
-  redis.pcall("PEXPIRE", KEYS[4], ttl)
+  -- No immortal key: the index lives as long as the newest record (a store with a shorter
+  -- TTL never shortens it).
+  local left = redis.pcall("PTTL", KEYS[4])
+  if type(left) == "number" and left < ttl then
+    redis.pcall("PEXPIRE", KEYS[4], ttl)
+  end
 end
 
 -- The run into the runs index, scored by its newest record's expiry (never moved back: a
