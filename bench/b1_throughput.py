@@ -3,8 +3,9 @@
 All N are sent, then every outcome is awaited, from one client thread; the same for the
 peers' chains (``apply_async`` all, then wait on each project task). Repetitions alternate
 which side goes first.
-Beside wall-clock throughput, the CPU each call cost the worker and the client is measured
-(``/proc``): on a shared machine it varies far less than throughput.
+Beside wall-clock throughput, the CPU each call cost the worker, the client and the Redis
+server is measured (``/proc``, ``INFO cpu``), with the worker's context switches per call:
+on a shared machine they vary far less than throughput.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.cpu import group_cpu_s, own_cpu_s
+from bench.cpu import group_cpu_s, group_switches, own_cpu_s, server_cpu_s
 from bench.sides import Side, call_ids
 from bench.stats import spread
 
@@ -25,15 +26,26 @@ class Sample:
     #: CPU milliseconds per call of the worker's processes, and of this client process.
     worker_cpu_ms: float | None
     client_cpu_ms: float
+    #: CPU milliseconds per call of the Redis server (broker, backend and store).
+    redis_cpu_ms: float | None = None
+    #: Context switches per call of the worker's threads.
+    worker_switches: float | None = None
 
     @property
     def per_s(self) -> float:
         return self.calls / self.seconds
 
 
-def measure(side: Side, calls: int, worker_pgid: int) -> Sample:
-    """Sends ``calls`` calls, then waits for every outcome."""
+def _per_call(before: float | None, after: float | None, calls: int, scale: float) -> float | None:
+    return None if before is None or after is None else (after - before) * scale / calls
+
+
+def measure(side: Side, calls: int, worker_pgid: int, server: Any = None) -> Sample:
+    """Sends ``calls`` calls, then waits for every outcome. ``server``: a client of the
+    Redis server, whose CPU is then measured too."""
     ids = list(call_ids(f"b1{side.name}", calls))
+    server_before = None if server is None else server_cpu_s(server)
+    switches_before = group_switches(worker_pgid)
     worker_before, client_before = group_cpu_s(worker_pgid), own_cpu_s()
     began = time.perf_counter()
     handles = [side.send(run_id, call_id) for run_id, call_id in ids]
@@ -41,21 +53,32 @@ def measure(side: Side, calls: int, worker_pgid: int) -> Sample:
         side.wait(handle)
     seconds = time.perf_counter() - began
     worker_after, client_after = group_cpu_s(worker_pgid), own_cpu_s()
-    worker_ms = (
-        None
-        if worker_before is None or worker_after is None
-        else (worker_after - worker_before) * 1000 / calls
+    switches_after = group_switches(worker_pgid)
+    server_after = None if server is None else server_cpu_s(server)
+    return Sample(
+        calls,
+        seconds,
+        _per_call(worker_before, worker_after, calls, 1000),
+        (client_after - client_before) * 1000 / calls,
+        redis_cpu_ms=_per_call(server_before, server_after, calls, 1000),
+        worker_switches=_per_call(switches_before, switches_after, calls, 1),
     )
-    return Sample(calls, seconds, worker_ms, (client_after - client_before) * 1000 / calls)
 
 
 def compare(
-    ours: Side, peers: list[Side], pgids: dict[str, int], calls: int, repetitions: int
+    ours: Side,
+    peers: list[Side],
+    pgids: dict[str, int],
+    calls: int,
+    repetitions: int,
+    server: Any = None,
 ) -> dict[str, Any]:
     """``repetitions`` rounds of every side; even rounds run ours first, odd rounds last (the
     peers in reverse), so each pair shares the machine's noise both ways round.
 
     ``ratio`` is ours over the first peer (the fair one); ``<peer>_ratio`` over each other.
+    ``cpu_ratio``: the peer's worker + client CPU per call over ours; ``system_cpu_ratio``
+    adds the Redis server's (with ``server``, a client of it).
     """
     sides = [ours, *peers]
     rounds: list[dict[str, Sample]] = []
@@ -63,7 +86,7 @@ def compare(
     for rep in range(repetitions):
         order = sides if rep % 2 == 0 else sides[::-1]
         orders.append([side.name for side in order])
-        rounds.append({side.name: measure(side, calls, pgids[side.name]) for side in order})
+        rounds.append({side.name: measure(side, calls, pgids[side.name], server) for side in order})
     out: dict[str, Any] = {"calls": calls, "repetitions": repetitions, "orders": orders}
     for side in sides:
         out[f"{side.name}_per_s"] = [r[side.name].per_s for r in rounds]
@@ -71,23 +94,28 @@ def compare(
     for n, peer in enumerate(peers):
         prefix = "" if n == 0 else f"{peer.name}_"
         ratios = [r[ours.name].per_s / r[peer.name].per_s for r in rounds]
-        cpu_ratios = []
-        for r in rounds:
-            ours_cpu, peer_cpu = _total_cpu(r[ours.name]), _total_cpu(r[peer.name])
-            if ours_cpu is not None and peer_cpu is not None:
-                # Peer CPU per call over ours: the throughput ratio a CPU-bound machine gives.
-                cpu_ratios.append(peer_cpu / ours_cpu)
         out[f"{prefix}ratios"] = ratios
         out[f"{prefix}ratio"] = spread(ratios)
-        out[f"{prefix}cpu_ratios"] = cpu_ratios
-        out[f"{prefix}cpu_ratio"] = spread(cpu_ratios)
+        for name, with_server in (("cpu", False), ("system_cpu", True)):
+            # Peer CPU per call over ours: the throughput ratio a CPU-bound machine gives.
+            cpu_ratios = []
+            for r in rounds:
+                ours_cpu = _total_cpu(r[ours.name], with_server)
+                peer_cpu = _total_cpu(r[peer.name], with_server)
+                if ours_cpu is not None and peer_cpu is not None:
+                    cpu_ratios.append(peer_cpu / ours_cpu)
+            out[f"{prefix}{name}_ratios"] = cpu_ratios
+            out[f"{prefix}{name}_ratio"] = spread(cpu_ratios)
     return out
 
 
-def _total_cpu(sample: Sample) -> float | None:
+def _total_cpu(sample: Sample, with_server: bool = False) -> float | None:
     if sample.worker_cpu_ms is None:
         return None
-    return sample.worker_cpu_ms + sample.client_cpu_ms
+    total = sample.worker_cpu_ms + sample.client_cpu_ms
+    if not with_server:
+        return total
+    return None if sample.redis_cpu_ms is None else total + sample.redis_cpu_ms
 
 
 def warm_up(side: Side, calls: int, worker_pgid: int) -> None:

@@ -23,6 +23,11 @@ def db_url(server_url: str, db: int) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{db}", parts.query, ""))
 
 
+#: The queues of ours with tools run on the task's thread (``bench.inline``, ``--ablate``),
+#: in the roles of ours ("tools", "projections").
+INLINE_QUEUES = ("inline_tools", "inline_projections")
+
+
 def bench_settings(server_url: str) -> Settings:
     """Our settings for the benchmark: the store, broker and backend on the bench's DBs."""
     return Settings(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 _PROC = Path("/proc")
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -35,6 +36,44 @@ def group_cpu_s(pgid: int) -> float | None:
         if fields is not None and int(fields[2]) == pgid:
             total += int(fields[11]) + int(fields[12])
     return total / _TICKS
+
+
+def group_switches(pgid: int) -> int | None:
+    """Context switches (voluntary and not) of every thread of every live process in process
+    group ``pgid``: each time a thread slept on a socket, a lock or the GIL and was woken,
+    or was preempted."""
+    if not _PROC.is_dir():
+        return None
+    total = 0
+    for pid_dir in _PROC.iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        fields = _stat_fields(pid_dir)
+        if fields is None or int(fields[2]) != pgid:
+            continue
+        try:
+            threads = list((pid_dir / "task").iterdir())
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                status = (thread / "status").read_text()
+            except OSError:
+                continue  # ended meanwhile
+            for line in status.splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+    return total
+
+
+def server_cpu_s(client: Any) -> float | None:
+    """User + system CPU seconds of the Redis server behind ``client`` (``INFO cpu``):
+    the broker, result backend and store of every side share it."""
+    try:
+        info = client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    except Exception:
+        return None
 
 
 def own_cpu_s() -> float:

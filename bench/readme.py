@@ -148,6 +148,92 @@ def pools_table(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
+#: B1's sides as the costs table names them, in its order.
+COST_SIDES = (
+    ("ours", "ours"),
+    ("inline", "ours, tools on the task's thread (ablation)"),
+    ("bare", "fair peer"),
+    ("defaults", "Celery defaults"),
+)
+#: Per-call figures of a B1 sample the costs table reports, with their headings.
+COST_FIELDS = (
+    ("worker_cpu_ms", "worker CPU ms"),
+    ("client_cpu_ms", "client CPU ms"),
+    ("redis_cpu_ms", "Redis CPU ms"),
+    ("worker_switches", "worker context switches"),
+)
+
+
+def _side_median(b1: list[dict[str, Any]], side: str, field: str) -> float | None:
+    """Median over the runs of each run's median of ``field`` over the side's samples."""
+    per_run = []
+    for entry in b1:
+        values = [s[field] for s in entry.get(side, []) if s.get(field) is not None]
+        if values:
+            per_run.append(statistics.median(values))
+    return statistics.median(per_run) if per_run else None
+
+
+def costs_table(runs: list[Run]) -> str:
+    """B1's cost per call on each side and pool (medians over the runs of each run's median
+    over its repetitions): the worker's, client's and Redis server's CPU, the worker's
+    context switches, and calls/s; with ``--ablate``, the ablation side too."""
+    lines = _head("pool", "side", "calls/s", *(title for _, title in COST_FIELDS))
+    labels = list(dict.fromkeys(label for run in runs for label in run.results.get("b1", {})))
+    for label in labels:
+        b1 = [run.results["b1"][label] for run in runs if label in run.results.get("b1", {})]
+        for side, title in COST_SIDES:
+            rates = [statistics.median(e[f"{side}_per_s"]) for e in b1 if f"{side}_per_s" in e]
+            if not rates:
+                continue
+            cells = [_num(statistics.median(rates))]
+            for field, _ in COST_FIELDS:
+                value = _side_median(b1, side, field)
+                cells.append("-" if value is None else _num(value))
+            lines.append(f"| {label} | {title} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def ablation_table(runs: list[Run]) -> str:
+    """``--ablate`` runs per pool: ours over the ablation (what the thread hand-offs cost),
+    the ablation over the fair peer (what the rest costs), and the CPU ratios with the Redis
+    server's CPU counted (fair / ours)."""
+    lines = _head(
+        "pool",
+        "B1 ours / ablation",
+        "B1 ablation / fair peer",
+        "B1 ours / fair peer",
+        "CPU incl. Redis, fair / ours",
+        "CPU incl. Redis, fair / ablation",
+    )
+    labels = list(dict.fromkeys(label for run in runs for label in run.results.get("b1", {})))
+    for label in labels:
+        b1 = [run.results["b1"][label] for run in runs if label in run.results.get("b1", {})]
+        b1 = [e for e in b1 if "inline_ratio" in e]
+        if not b1:
+            continue
+        ablation_over_fair = [
+            statistics.median(
+                i / b for i, b in zip(e["inline_per_s"], e["bare_per_s"], strict=True)
+            )
+            for e in b1
+        ]
+        fair_over_ablation = []
+        for e in b1:
+            # Ours' CPU over the ablation's, times the fair peer's over ours, per repetition.
+            pairs = zip(e["system_cpu_ratios"], e["inline_system_cpu_ratios"], strict=True)
+            fair_over_ablation.append(statistics.median(f / i for f, i in pairs))
+        cells = [
+            _median_spread([e["inline_ratio"]["median"] for e in b1]),
+            _median_spread(ablation_over_fair),
+            _median_spread([e["ratio"]["median"] for e in b1]),
+            _median_spread([e["system_cpu_ratio"]["median"] for e in b1]),
+            _median_spread(fair_over_ablation),
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def figures_table(runs: list[Run]) -> str:
     """Every headline figure ``bench.summarize`` quotes: median and spread over the runs."""
     lines = _head("figure", "median of the runs (min-max)", "runs")
@@ -386,6 +472,8 @@ def b7_precision_table(runs: list[Run]) -> str:
 RENDERERS: dict[str, Callable[[list[Run]], str]] = {
     "targets": targets_table,
     "pools": pools_table,
+    "costs": costs_table,
+    "ablation": ablation_table,
     "figures": figures_table,
     "runs": runs_table,
     "b5": b5_table,

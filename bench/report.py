@@ -41,6 +41,12 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             if "defaults_ratio" in b1:
                 out[f"b1_{kind}_defaults_ratio"] = b1["defaults_ratio"]["median"]
                 out[f"b1_{kind}_defaults_per_s"] = _median(b1["defaults_per_s"])
+            if "system_cpu_ratio" in b1:
+                out[f"b1_{kind}_system_cpu_ratio"] = b1["system_cpu_ratio"]["median"]
+            if "inline_ratio" in b1:
+                # --ablate: ours over ours with tools on the task's thread.
+                out[f"b1_{kind}_inline_ratio"] = b1["inline_ratio"]["median"]
+                out[f"b1_{kind}_inline_per_s"] = _median(b1["inline_per_s"])
     b2 = _first(results.get("b2", {}))
     if b2 is not None:
         for name in (

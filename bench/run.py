@@ -41,7 +41,7 @@ from bench.fixtures import ensure_scripts
 from bench.lock import Busy, exclusive
 from bench.meta import load, machine
 from bench.report import figures, print_table, write_outputs
-from bench.sides import Bare, Defaults, Ours, Side, make_store
+from bench.sides import Bare, Defaults, Inline, Ours, Side, make_store
 from bench.workers import WorkerProcess, running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +77,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--profile",
         action="store_true",
         help="also profile submit (pyinstrument) and the workers (py-spy, if installed)",
+    )
+    parser.add_argument(
+        "--ablate",
+        action="store_true",
+        help="B1 also measures ours with tools and projectors run on the task's thread (no "
+        "time limit; bench.inline): what the time limits' thread hand-offs cost",
     )
     parser.add_argument("--pools", type=parse_pools, help="B1/B2 pools, e.g. threads:8,prefork:2")
     parser.add_argument("--calls", type=int, help="B1 calls a side per repetition")
@@ -132,6 +138,10 @@ class Bench:
         self.defaults = Defaults(self.settings)
         #: The fair peer first: B1's ``ratio`` and B2's ratios are against it.
         self.peers: list[Side] = [self.bare, self.defaults]
+        #: A client of the Redis server, whose CPU B1 measures (INFO cpu).
+        self.server = redis.Redis.from_url(args.redis_url)
+        #: B1 only: the ablation, measured as one more peer (``inline_ratio``).
+        self.ablations: list[Side] = [Inline(self.settings, store=store)] if args.ablate else []
         self.results: dict[str, Any] = {"b1": {}, "b2": {}}
 
     def run(self) -> dict[str, Any]:
@@ -173,7 +183,7 @@ class Bench:
 
     def on_pool(self, pool: Pool, *, first: bool) -> None:
         log(f"{pool.label}: starting the workers of {len(self.peers) + 1} sides")
-        sides = [self.ours, *self.peers]
+        sides = [self.ours, *self.peers, *self.ablations]
         starts = [partial(self._worker, side, pool) for side in sides]
         with running(*starts) as started:
             pgids = {process.name: process.pgid for process in started}
@@ -195,7 +205,14 @@ class Bench:
     def b1(self, pool: Pool, pgids: dict[str, int]) -> None:
         sizes = self.sizes
         log(f"{pool.label}: B1, {sizes.repetitions} x {sizes.b1_calls} calls a side")
-        got = b1_throughput.compare(self.ours, self.peers, pgids, sizes.b1_calls, sizes.repetitions)
+        got = b1_throughput.compare(
+            self.ours,
+            [*self.peers, *self.ablations],
+            pgids,
+            sizes.b1_calls,
+            sizes.repetitions,
+            server=self.server,
+        )
         self.results["b1"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
         log(
             f"{pool.label}: B1 ratio {got['ratio']['median']:.2f} (fair peer), "
@@ -210,7 +227,7 @@ class Bench:
         log(f"{pool.label}: py-spy on both workers")
         self.results.setdefault("profiles", {})[pool.label] = {
             side.name: profile_worker(side, pgids[side.name], self.sizes.b1_calls, out)
-            for side in (self.ours, self.bare)
+            for side in (self.ours, self.bare, *self.ablations)
         }
 
     def b2(self, pool: Pool, *, first: bool) -> None:

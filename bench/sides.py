@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from celery import Celery
 
 from bench import bare, defaults
+from bench.config import INLINE_QUEUES
 from bench.tools import NOOP
 from bench.tools import registry as noop_registry
 from boundary import (
@@ -71,14 +72,15 @@ class Ours:
     """Calls through ``ToolBoundary.submit`` and ``ToolBoundary.outcome``."""
 
     name: str = "ours"
-    queues: tuple[str, ...] = (TOOLS_QUEUE, PROJECTIONS_QUEUE)
+    queues: tuple[str, str] = (TOOLS_QUEUE, PROJECTIONS_QUEUE)
     module: str = "tasks"
 
     def __init__(self, settings: Settings, store: RedisCanonicalStore | None = None) -> None:
-        self.app = create_app(settings, name="bench_ours")
+        self.app = create_app(settings, name=f"bench_{self.name}")
         self.store = store or make_store(settings)
+        dispatcher = CeleryDispatcher(self.app, queues=self.queues)
         self.boundary = ToolBoundary(
-            store=self.store, registry=noop_registry, dispatcher=CeleryDispatcher(self.app)
+            store=self.store, registry=noop_registry, dispatcher=dispatcher
         )
         self._runs: dict[str, RunContext] = {}
 
@@ -128,6 +130,15 @@ def wait_sliced(dispatcher: CeleryDispatcher, key: CanonicalKey) -> Any:
             return value
         if time.monotonic() > give_up:
             raise TimeoutError(f"no result for {key.identity}")
+
+
+class Inline(Ours):
+    """Ours, with a worker that runs the tool and projector on the task's own thread
+    (``bench.inline``): ours over this side is what the time limits' thread hand-offs cost."""
+
+    name: str = "inline"
+    queues: tuple[str, str] = INLINE_QUEUES
+    module: str = "bench.inline"
 
 
 class Bare:

@@ -43,15 +43,18 @@ class CeleryDispatcher:
     """Sends each call as an execute -> project chain with deterministic task ids
     (``<run_id>:<tool_call_id>:execute`` and ``...:project``) and waits on the project task.
 
-    Messages carry the canonical key only; ``argsrepr`` repeats just those ids.
+    Messages carry the canonical key only; ``argsrepr`` repeats just those ids. ``queues``
+    names the execute and project steps' queues (the workers' ``-Q``), ``tools`` and
+    ``projections`` unless told otherwise.
     """
 
-    def __init__(self, app: Celery | None = None) -> None:
+    def __init__(self, app: Celery | None = None, *, queues: tuple[str, str] | None = None) -> None:
         if app is None:
             from tasks.app import app as default_app
 
             app = default_app
         self.app = app
+        self.tools_queue, self.projections_queue = queues or (TOOLS_QUEUE, PROJECTIONS_QUEUE)
         #: Sends with a publish timeout; ``app`` keeps the waits (its result backend).
         self.publisher = publisher_app(app)
 
@@ -71,7 +74,7 @@ class CeleryDispatcher:
             "kwargs": {},
             "options": {
                 "task_id": key.task_id("project"),
-                "queue": PROJECTIONS_QUEUE,
+                "queue": self.projections_queue,
                 "argsrepr": argsrepr,
                 "kwargsrepr": "{}",
                 "reply_to": self.app.thread_oid,
@@ -87,7 +90,7 @@ class CeleryDispatcher:
                 args=ids,
                 task_id=execute_id,
                 root_id=execute_id,
-                queue=TOOLS_QUEUE,
+                queue=self.tools_queue,
                 # The waiting app's id and task options (time limits), as the canvas would
                 # set them: the publisher only sends.
                 reply_to=self.app.thread_oid,

@@ -33,6 +33,8 @@ def _quick_run(out: Path) -> dict[str, Any]:
         f"redis://{REDIS_HOST}:{REDIS_PORT}",
         "--out",
         str(out),
+        # B1 also measures the ablation (bench.inline), so its worker cannot rot either.
+        "--ablate",
         # Locally a full benchmark may be running on the same DBs: skip rather than wait.
         "--lock-wait",
         "600" if CI else "60",
@@ -67,6 +69,9 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
         "b1_threads_bare_per_s",
         "b1_threads_defaults_ratio",
         "b1_threads_defaults_per_s",
+        "b1_threads_system_cpu_ratio",
+        "b1_threads_inline_ratio",
+        "b1_threads_inline_per_s",
         "b2_ping_p50_ms",
         "b2_submit_p50_ms",
         "b2_apply_async_p50_ms",
@@ -94,8 +99,16 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
     assert figures["b6_memory_over_payload"]
     assert all(_positive(v) for v in figures["b6_memory_over_payload"].values())
 
-    # And the counts are plausible: the store's commands are told apart from Celery's
+    # And B1 measured the Redis server's CPU and the workers' context switches, per call,
+    # for every side (the ablation's worker included)
     results = document["results"]
+    b1 = next(iter(results["b1"].values()))
+    for side in ("ours", "bare", "defaults", "inline"):
+        for sample in b1[side]:
+            assert _positive(sample["redis_cpu_ms"]), (side, sample)
+            assert _positive(sample["worker_switches"]), (side, sample)
+
+    # And the counts are plausible: the store's commands are told apart from Celery's
     assert 1 <= figures["b3_store_commands_per_call"] <= 20
     assert results["b3"]["bare"]["store_commands_per_call"] == 0
     assert 1 <= figures["b4_round_trips"] <= 10

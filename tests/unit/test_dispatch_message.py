@@ -23,7 +23,9 @@ def memory_app() -> Celery:
     return create_app(settings, name="tests_dispatch_message")
 
 
-def canvas_dispatch(app: Celery, key: CanonicalKey) -> None:
+def canvas_dispatch(
+    app: Celery, key: CanonicalKey, queues: tuple[str, str] = (TOOLS_QUEUE, PROJECTIONS_QUEUE)
+) -> None:
     ids = (key.run_id, key.tool_call_id)
 
     def step(name: str, suffix: str, queue: str, **options: Any) -> Any:
@@ -38,14 +40,12 @@ def canvas_dispatch(app: Celery, key: CanonicalKey) -> None:
             **options,
         )
 
-    (
-        step(EXECUTE, "execute", TOOLS_QUEUE) | step(PROJECT, "project", PROJECTIONS_QUEUE)
-    ).apply_async()
+    (step(EXECUTE, "execute", queues[0]) | step(PROJECT, "project", queues[1])).apply_async()
 
 
-def sent(app: Celery) -> dict[str, Any]:
+def sent(app: Celery, queue_name: str = TOOLS_QUEUE) -> dict[str, Any]:
     with app.connection_for_read() as connection:
-        queue = connection.SimpleQueue(TOOLS_QUEUE)
+        queue = connection.SimpleQueue(queue_name)
         message = queue.get(timeout=2)
         message.ack()
         queue.close()
@@ -73,3 +73,20 @@ def test_dispatch_sends_the_message_the_canvas_chain_sends() -> None:
     assert project["options"]["queue"] == PROJECTIONS_QUEUE
     assert dispatched["headers"]["id"] == KEY.task_id("execute")
     assert dispatched["headers"]["argsrepr"] == repr((KEY.run_id, KEY.tool_call_id))
+
+
+def test_dispatch_to_named_queues_matches_the_canvas_on_those_queues() -> None:
+    # Given a dispatcher told other queues (a second deployment on the same broker)
+    app = memory_app()
+    queues = ("other_tools", "other_projections")
+
+    # When the same call goes through the canvas on those queues and through the dispatcher
+    canvas_dispatch(app, KEY, queues)
+    through_canvas = sent(app, queues[0])
+    CeleryDispatcher(app, queues=queues).dispatch(KEY)
+    dispatched = sent(app, queues[0])
+
+    # Then the execute step is on the first queue and its chained project step on the second
+    assert dispatched == through_canvas
+    (project,) = dispatched["body"][2]["chain"]
+    assert project["options"]["queue"] == queues[1]
