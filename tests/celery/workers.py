@@ -26,6 +26,24 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+#: Longest a worker that is expected to stop by itself (at start) may run, seconds.
+STOPPING_WORKER_TIMEOUT_S = 120
+
+
+def run_stopping_worker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Runs ``celery -A tasks worker -Q tools`` (plus ``args``) in ``env`` to its end: for a
+    worker that must stop at start (bad settings, unreachable services)."""
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "tools", *args],
+        cwd=ROOT,
+        env=env | {"C_FORCE_ROOT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=STOPPING_WORKER_TIMEOUT_S,
+        check=False,
+    )
+
+
 @contextmanager
 def celery_process(
     settings: Settings,

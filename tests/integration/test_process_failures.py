@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from tasks.exits import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE
-from tests.celery.workers import ROOT, settings_env
+from tests.celery.workers import ROOT, run_stopping_worker, settings_env
 from tests.conftest import STORE_DB, SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
 
 #: A closed port, with a password that must never be printed.
@@ -136,15 +136,7 @@ def test_a_bad_setting_is_one_line_and_exit_2(name: str, value: str, args: list[
 
 @pytest.mark.parametrize(("name", "value"), BAD_SETTINGS[:2])
 def test_a_worker_with_a_bad_setting_stops_with_one_line_and_exit_2(name: str, value: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "tools"],
-        cwd=ROOT,
-        env=clean_env(**{name: value}, C_FORCE_ROOT="1"),
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_TIMEOUT_S,
-        check=False,
-    )
+    done = run_stopping_worker(clean_env(**{name: value}))
 
     assert done.returncode == EXIT_USAGE, done.stderr[-3000:]
     ours = [line for line in done.stderr.splitlines() if "tool-boundary" in line]
@@ -154,18 +146,8 @@ def test_a_worker_with_a_bad_setting_stops_with_one_line_and_exit_2(name: str, v
 
 
 def test_a_worker_that_cannot_load_its_tools_stops_with_one_line_and_exit_2() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "tools"],
-        cwd=ROOT,
-        env=clean_env(
-            TOOL_BOUNDARY_REDIS_URL=CLOSED_URL,
-            TOOL_BOUNDARY_TOOLS="no_such_module:registry",
-            C_FORCE_ROOT="1",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_TIMEOUT_S,
-        check=False,
+    done = run_stopping_worker(
+        clean_env(TOOL_BOUNDARY_REDIS_URL=CLOSED_URL, TOOL_BOUNDARY_TOOLS="no_such_module:registry")
     )
 
     assert done.returncode == EXIT_USAGE, done.stderr[-3000:]

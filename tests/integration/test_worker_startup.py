@@ -7,8 +7,6 @@ Redis is up.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 import redis
 
 from tasks.exits import EXIT_UNAVAILABLE
-from tests.celery.workers import ROOT, celery_process, settings_env
+from tests.celery.workers import celery_process, run_stopping_worker, settings_env
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
 from tests.servers import RedisServer
 
@@ -48,22 +46,10 @@ def test_an_unreachable_service_stops_the_worker_after_its_attempts_with_exit_3(
 ) -> None:
     # Given a worker whose other services answer, and this one is a closed port
     settings = celery_test_settings(broker_url=redis_url(SUBPROCESS_BROKER_DB))
-    env = settings_env(settings) | {
-        variable: url,
-        "TOOL_BOUNDARY_STARTUP_ATTEMPTS": "2",
-        "C_FORCE_ROOT": "1",
-    }
+    env = settings_env(settings) | {variable: url, "TOOL_BOUNDARY_STARTUP_ATTEMPTS": "2"}
 
     # When it starts
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "tools", "-l", "INFO"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_TIMEOUT_S,
-        check=False,
-    )
+    done = run_stopping_worker(env, "-l", "INFO")
 
     # Then it tried twice, said so once in between, and stopped in one line with exit 3
     assert done.returncode == EXIT_UNAVAILABLE, done.stderr[-3000:]
