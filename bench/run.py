@@ -182,8 +182,8 @@ class Bench:
         )
 
     def on_pool(self, pool: Pool, *, first: bool) -> None:
-        log(f"{pool.label}: starting the workers of {len(self.peers) + 1} sides")
         sides = [self.ours, *self.peers, *self.ablations]
+        log(f"{pool.label}: starting the workers of {len(sides)} sides")
         starts = [partial(self._worker, side, pool) for side in sides]
         with running(*starts) as started:
             pgids = {process.name: process.pgid for process in started}
