@@ -1,0 +1,31 @@
+"""``python -m bench.steps`` (a call's two worker steps in one process, tool threads against
+the calling thread; quoted in bench/README.md) runs against a real Redis and leaves no key."""
+
+from __future__ import annotations
+
+import redis
+
+from bench.steps import measure
+from tests.conftest import REDIS_HOST, REDIS_PORT, STORE_DB, redis_url, require_service
+
+
+def test_the_steps_benchmark_measures_both_sides_and_deletes_what_it_wrote() -> None:
+    # Given the suite's store DB
+    require_service("Redis", REDIS_HOST, REDIS_PORT)
+    client = redis.Redis.from_url(redis_url(STORE_DB))
+
+    # When the steps benchmark runs a small round per side
+    figures = measure(redis_url(STORE_DB), calls=20, rounds=2)
+
+    # Then each side has a CPU and wall time per call, and every call ended READY (else it
+    # raises); the hand-offs' cost is the difference of the two sides
+    for side in ("threads", "inline"):
+        assert figures[f"{side}_cpu_ms"] > 0
+        assert figures[f"{side}_wall_ms"] > 0
+    assert figures["handoffs_cpu_ms"] == figures["threads_cpu_ms"] - figures["inline_cpu_ms"]
+
+    # And none of its runs' keys, nor index entries, are left behind
+    assert list(client.scan_iter(match="*steps-*", count=1000)) == []
+    for index in ("tb:runs", "tb:pending-runs"):
+        members = client.zrange(index, 0, -1)
+        assert not [m for m in members if m.startswith(b"steps-")]
