@@ -7,6 +7,7 @@ B1 reports it beside throughput. Where ``/proc`` is missing, the figures are ``N
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +24,23 @@ def _stat_fields(pid_dir: Path) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()
 
 
-def group_cpu_s(pgid: int) -> float | None:
-    """User + system CPU seconds of every live process in process group ``pgid``."""
-    if not _PROC.is_dir():
-        return None
-    total = 0
+def _group(pgid: int) -> Iterator[tuple[Path, list[str]]]:
+    """Each live process of process group ``pgid``: its ``/proc`` directory and stat fields."""
     for pid_dir in _PROC.iterdir():
         if not pid_dir.name.isdigit():
             continue
         fields = _stat_fields(pid_dir)
-        # fields[2] is the process group; fields[11], fields[12] are utime and stime.
+        # fields[2] is the process group.
         if fields is not None and int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
+            yield pid_dir, fields
+
+
+def group_cpu_s(pgid: int) -> float | None:
+    """User + system CPU seconds of every live process in process group ``pgid``."""
+    if not _PROC.is_dir():
+        return None
+    # fields[11], fields[12] are utime and stime.
+    total = sum(int(fields[11]) + int(fields[12]) for _, fields in _group(pgid))
     return total / _TICKS
 
 
@@ -45,21 +51,16 @@ def group_switches(pgid: int) -> int | None:
     if not _PROC.is_dir():
         return None
     total = 0
-    for pid_dir in _PROC.iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        fields = _stat_fields(pid_dir)
-        if fields is None or int(fields[2]) != pgid:
-            continue
+    for pid_dir, _ in _group(pgid):
         try:
             threads = list((pid_dir / "task").iterdir())
         except OSError:
-            continue
+            continue  # ended meanwhile
         for thread in threads:
             try:
                 status = (thread / "status").read_text()
             except OSError:
-                continue  # ended meanwhile
+                continue
             for line in status.splitlines():
                 if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
                     total += int(line.split()[1])
