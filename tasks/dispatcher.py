@@ -44,8 +44,11 @@ class CeleryDispatcher:
     (``<run_id>:<tool_call_id>:execute`` and ``...:project``) and waits on the project task.
 
     Messages carry the canonical key only; ``argsrepr`` repeats just those ids. ``queues``
-    names the execute and project steps' queues (the workers' ``-Q``), ``tools`` and
-    ``projections`` unless told otherwise.
+    names the queues this dispatcher sends the execute and project steps to (``tools`` and
+    ``projections`` unless told otherwise; workers must consume them, ``-Q``). Only these
+    first sends: the reaper's re-projections and ``reproject`` still use ``projections``, so
+    it is not a way to run a second deployment on the same broker (the benchmark's ablation
+    worker uses it to take its own calls).
     """
 
     def __init__(self, app: Celery | None = None, *, queues: tuple[str, str] | None = None) -> None:

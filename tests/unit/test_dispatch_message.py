@@ -76,7 +76,7 @@ def test_dispatch_sends_the_message_the_canvas_chain_sends() -> None:
 
 
 def test_dispatch_to_named_queues_matches_the_canvas_on_those_queues() -> None:
-    # Given a dispatcher told other queues (a second deployment on the same broker)
+    # Given a dispatcher told other queues
     app = memory_app()
     queues = ("other_tools", "other_projections")
 
