@@ -9,16 +9,10 @@ Never a way to run tools: it exists to be measured beside the real worker. Worke
 
 from __future__ import annotations
 
-from typing import Any
-
 import boundary.steps
+from bench.steps import run_on_this_thread
 from tasks import app
 
 __all__ = ["app"]
 
-
-def _on_this_thread(executor: Any, arguments: Any, timeout_s: float) -> Any:
-    return executor(arguments)
-
-
-boundary.steps.run_bounded = _on_this_thread
+boundary.steps.run_bounded = run_on_this_thread

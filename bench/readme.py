@@ -20,7 +20,7 @@ import json
 import re
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,6 +164,16 @@ COST_FIELDS = (
 )
 
 
+def _b1_by_pool(runs: list[Run]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Each B1 pool label (in the order first seen) with the runs' B1 entries for it."""
+    labels = dict.fromkeys(label for run in runs for label in run.results.get("b1", {}))
+    for label in labels:
+        yield (
+            label,
+            [run.results["b1"][label] for run in runs if label in run.results.get("b1", {})],
+        )
+
+
 def _side_median(b1: list[dict[str, Any]], side: str, field: str) -> float | None:
     """Median over the runs of each run's median of ``field`` over the side's samples."""
     per_run = []
@@ -179,9 +189,7 @@ def costs_table(runs: list[Run]) -> str:
     over its repetitions): the worker's, client's and Redis server's CPU, the worker's
     context switches, and calls/s; with ``--ablate``, the ablation side too."""
     lines = _head("pool", "side", "calls/s", *(title for _, title in COST_FIELDS))
-    labels = list(dict.fromkeys(label for run in runs for label in run.results.get("b1", {})))
-    for label in labels:
-        b1 = [run.results["b1"][label] for run in runs if label in run.results.get("b1", {})]
+    for label, b1 in _b1_by_pool(runs):
         for side, title in COST_SIDES:
             rates = [statistics.median(e[f"{side}_per_s"]) for e in b1 if f"{side}_per_s" in e]
             if not rates:
@@ -206,10 +214,8 @@ def ablation_table(runs: list[Run]) -> str:
         "CPU incl. Redis, fair / ours",
         "CPU incl. Redis, fair / ablation",
     )
-    labels = list(dict.fromkeys(label for run in runs for label in run.results.get("b1", {})))
-    for label in labels:
-        b1 = [run.results["b1"][label] for run in runs if label in run.results.get("b1", {})]
-        b1 = [e for e in b1 if "inline_ratio" in e]
+    for label, entries in _b1_by_pool(runs):
+        b1 = [e for e in entries if "inline_ratio" in e]
         if not b1:
             continue
         ablation_over_fair = [
