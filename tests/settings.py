@@ -26,6 +26,10 @@ class SuiteSettings(BaseSettings):
     subprocess_broker_db: int = 10
     #: RabbitMQ, for the tests that run once more with it as the broker.
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672//"
+    #: PostgreSQL, for the example report tool's tests: a role that may create databases.
+    pg_dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres"
+    #: The tests' scratch databases are named ``<prefix>_<pid>_<random>`` (and dropped).
+    pg_db_prefix: str = "tb_test"
     #: Flush a test DB even when it holds keys this suite does not write.
     flush_any: bool = False
 

@@ -1,0 +1,127 @@
+"""PostgreSQL for the report tool's tests: a scratch database per use, dropped afterwards.
+
+Locally a missing psycopg or server skips the tests; under CI (``CI`` set) it fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from examples import pgreport
+from examples.pgreport_demo import create_demo_table
+from tests.conftest import CI, require_service
+from tests.settings import SUITE
+
+#: Rows of the scratch databases' demo table.
+DEMO_ROWS = 20_000
+#: Longest a server-side effect may take to show before a test fails (a bound, never a
+#: timing claim: the statements it waits on sleep far longer).
+PATIENCE_S = 20.0
+#: A function a report could call that writes: the read-only guards must refuse it.
+WRITING_FUNCTION_SQL = """
+CREATE TABLE written (n integer);
+CREATE FUNCTION write_one() RETURNS integer LANGUAGE sql VOLATILE
+    AS 'INSERT INTO written VALUES (1) RETURNING n';
+"""
+
+#: Reports the tests declare on top of the demo's (as a tool author would).
+TEST_REPORTS = {
+    report.name: report
+    for report in (
+        pgreport.Report(
+            name="sleep",
+            description="Sleeps on the server.",
+            sql="SELECT pg_sleep(%(seconds)s::float8) AS slept",
+            params={"seconds": {"type": "number", "minimum": 0, "maximum": 600}},
+            required=("seconds",),
+        ),
+        pgreport.Report(
+            name="slow_rows",
+            description="The requests in id order, each row taking a little while.",
+            sql=(
+                "SELECT id, service, pg_sleep(%(row_s)s::float8)::text AS slept"
+                " FROM request_log ORDER BY id"
+            ),
+            params={"row_s": {"type": "number", "minimum": 0, "maximum": 1}},
+            required=("row_s",),
+        ),
+        pgreport.Report(
+            name="write_one",
+            description="Calls a function that writes.",
+            sql="SELECT write_one() AS n",
+        ),
+    )
+}
+ALL_REPORTS = {**pgreport.REPORTS, **TEST_REPORTS}
+
+
+def require_psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        problem = "psycopg is not installed (pip install -e '.[postgres]')"
+        if CI:
+            pytest.fail(problem)
+        pytest.skip(problem)
+    return psycopg
+
+
+def admin_connection() -> Any:
+    psycopg = require_psycopg()
+    info = psycopg.conninfo.conninfo_to_dict(SUITE.pg_dsn)
+    require_service("PostgreSQL", str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
+    return psycopg.connect(SUITE.pg_dsn, autocommit=True)
+
+
+@contextmanager
+def scratch_database(rows: int = DEMO_ROWS) -> Iterator[str]:
+    """A new database with the demo table and a writing function; yields its DSN."""
+    psycopg = require_psycopg()
+    name = f"{SUITE.pg_db_prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with admin_connection() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    dsn = psycopg.conninfo.make_conninfo(SUITE.pg_dsn, dbname=name)
+    try:
+        with psycopg.connect(dsn) as conn:
+            create_demo_table(conn, rows)
+            conn.execute(WRITING_FUNCTION_SQL)
+        yield dsn
+    finally:
+        with admin_connection() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def running_statements(dsn: str) -> list[tuple[int, str]]:
+    """(pid, query) of the report tool's statements running on ``dsn``'s database."""
+    psycopg = require_psycopg()
+    dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    with admin_connection() as admin:
+        rows = admin.execute(
+            "SELECT pid, query FROM pg_stat_activity"
+            " WHERE datname = %s AND application_name = %s AND state = 'active'",
+            (dbname, pgreport.APPLICATION_NAME),
+        ).fetchall()
+    return [(int(pid), str(query)) for pid, query in rows]
+
+
+def wait_until(condition: Any, what: str, patience: float = PATIENCE_S) -> Any:
+    give_up = time.monotonic() + patience
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < give_up, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def table_rows(dsn: str, table: str) -> int:
+    psycopg = require_psycopg()
+    with psycopg.connect(dsn) as conn:
+        return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
