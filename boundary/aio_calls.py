@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 from pydantic import ValidationError
 
+from boundary import telemetry
 from boundary.errors import ErrorCode, StoreError
 from boundary.models import (
     CanonicalKey,
@@ -57,6 +58,7 @@ async def _dispatch(boundary: ToolBoundary, key: CanonicalKey) -> None:
         await asyncio.to_thread(boundary.dispatcher.dispatch, key)
 
 
+@telemetry.traced_asubmit
 async def asubmit(
     boundary: ToolBoundary, envelope: ToolCallEnvelope, run: RunContext
 ) -> Submission:

@@ -12,6 +12,7 @@ from weakref import WeakKeyDictionary
 
 from pydantic import ValidationError
 
+from boundary import telemetry
 from boundary.aio_calls import AsyncCalls
 from boundary.dispatch import Dispatcher, Revoker
 from boundary.errors import ErrorCode, StoreError
@@ -109,6 +110,7 @@ class ToolBoundary(AsyncCalls):
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self._clock(), tz=UTC)
 
+    @telemetry.traced_submit
     def submit(self, envelope: ToolCallEnvelope, run: RunContext) -> Submission:
         """Preflight, create the PROJECTING record, dispatch. Never raises for bad input."""
         prepared = self._prepare(envelope, run)

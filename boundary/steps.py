@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from boundary import telemetry
 from boundary.diagnostics import Diagnostic, Stage
 from boundary.errors import ErrorCode, ToolTimeout
 from boundary.handover import process_handover
@@ -96,6 +97,8 @@ def _seal_error(
     if diagnostic is not None:
         diagnostic.log(key.identity)
     status = store.seal_error(key, code, diagnostic=diagnostic)
+    if status is WriteStatus.OK:
+        telemetry.sealed(ToolOutcome.error(key.tool_call_id, code))
     # Codes only: the reason a call ended is never logged with its payload.
     logger.info("call %s sealed ERROR %s (%s)", key.identity, code.value, status.value)
 
@@ -126,6 +129,7 @@ def execute_step(
     record = store.get(key)
     if record is None:
         return ExecuteResult.MISSING
+    telemetry.step_record(record)
     if record.status is not InvocationStatus.PROJECTING:
         return ExecuteResult.SEALED
     if record.raw is not None:
@@ -150,6 +154,7 @@ def execute_step(
     if record.deadline is not None:
         timeout_s = min(timeout_s, (record.deadline - now).total_seconds())
     timeouts: tuple[type[BaseException], ...] = (*timeout_errors, ToolTimeout)
+    telemetry.tool_starts(record)
     try:
         raw = run_bounded(spec.executor, json.loads(record.request), timeout_s)
     except timeouts:
@@ -185,6 +190,7 @@ def execute_step(
         # The project step of this call, if it runs in this process, need not read it back.
         process_handover().put(stored)
     if written in (WriteStatus.OK, WriteStatus.ALREADY_STORED):
+        telemetry.stored()
         return ExecuteResult.STORED
     if written is WriteStatus.MISSING:
         return ExecuteResult.MISSING
@@ -229,6 +235,7 @@ def project_step(
         record = store.get(key)
     if record is None:
         return ToolOutcome.error(key.tool_call_id, ErrorCode.RECORD_NOT_FOUND)
+    telemetry.step_record(record)
     sealed = outcome_from_record(record)
     if sealed is not None:
         return sealed
@@ -256,6 +263,7 @@ def project_step(
             created_at=handed_over,
         )
     if written is WriteStatus.OK:
+        telemetry.sealed(outcome)
         return outcome
     if written is WriteStatus.REPLACED:
         # The handed-over record had expired and another call took its ids: project that

@@ -15,7 +15,7 @@ from celery import signals
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome
+from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome, telemetry
 from boundary.steps import execute_step, limit_tool_threads, project_step
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, REAP, app
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
@@ -75,11 +75,12 @@ def execute_tool(run_id: str, tool_call_id: str) -> str:
         return "INVALID_KEY"
     try:
         runtime = get_runtime()
-        return _retrying(
-            lambda: execute_step(
-                runtime.store, runtime.registry, key, timeout_errors=(SoftTimeLimitExceeded,)
-            )
-        ).value
+        with telemetry.worker_step(telemetry.EXECUTE, key, execute_tool.request):
+            return _retrying(
+                lambda: execute_step(
+                    runtime.store, runtime.registry, key, timeout_errors=(SoftTimeLimitExceeded,)
+                )
+            ).value
     except Exception as exc:
         # Only the type: the text may hold a URL or a payload.
         logger.error("execute %s failed: %s", key.identity, type(exc).__name__)
@@ -99,9 +100,11 @@ def project_result(run_id: str, tool_call_id: str, attempt: int = 0) -> dict[str
     try:
         runtime = get_runtime()
         timeout_s = runtime.settings.projection_timeout_s
-        outcome = _retrying(
-            lambda: project_step(runtime.store, runtime.registry, key, timeout_s=timeout_s)
-        )
+        with telemetry.worker_step(telemetry.PROJECT, key, project_result.request) as step:
+            outcome = _retrying(
+                lambda: project_step(runtime.store, runtime.registry, key, timeout_s=timeout_s)
+            )
+            step.outcome(outcome)
     except Exception as exc:
         logger.error("project %s failed: %s", key.identity, type(exc).__name__)
         outcome = ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)

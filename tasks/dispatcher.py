@@ -9,7 +9,7 @@ from typing import Any
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from boundary import CanonicalKey, DispatchError, ToolOutcome
+from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.failures import ToolCallFailed
 from tasks.publisher import publisher_app
@@ -71,6 +71,8 @@ class CeleryDispatcher:
         ids = (key.run_id, key.tool_call_id)
         argsrepr = repr(ids)
         execute_id = key.task_id("execute")
+        # The caller's trace goes with both steps (W3C traceparent in the message headers).
+        headers = telemetry.trace_headers()
         project = {
             "task": PROJECT,
             "args": list(ids),
@@ -81,6 +83,7 @@ class CeleryDispatcher:
                 "argsrepr": argsrepr,
                 "kwargsrepr": "{}",
                 "reply_to": self.app.thread_oid,
+                **({"headers": headers} if headers else {}),
             },
             "subtask_type": None,
             "immutable": True,
@@ -104,6 +107,7 @@ class CeleryDispatcher:
                 # The execute task's own option: its result is never stored nor awaited.
                 ignore_result=True,
                 chain=[project],
+                headers=headers or None,
             )
         except Exception:
             # kombu's errors name the broker URL: none of it goes further.

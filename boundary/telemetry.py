@@ -1,0 +1,484 @@
+"""Traces and metrics of tool calls, in the OpenTelemetry GenAI conventions.
+
+Every span name, metric name and attribute the boundary emits is defined here; the rest of
+the code calls in with one or two lines. Only ``opentelemetry-api`` is imported: without an
+SDK every call below is a no-op of a few microseconds (measured in bench/README.md).
+
+What a call looks like in a trace (all in the caller's trace):
+
+- ``tool_boundary.submit {tool}`` (PRODUCER), in the caller, child of its current span:
+  preflight, the record's creation and the dispatch. A refused call ends here, with
+  ``error.type`` = its code.
+- ``execute_tool {tool}`` (INTERNAL, ``gen_ai.operation.name = execute_tool``), in the worker:
+  the execute step. Its parent travels in the Celery message headers (W3C ``traceparent``,
+  the same header ``opentelemetry-instrumentation-celery`` uses). When that instrumentation
+  runs, its ``run/<task>`` span is current in the task and ours nests under it instead.
+- ``tool_boundary.project {tool}`` (INTERNAL), in the worker: the project step and the seal.
+
+Nothing of a call's content is ever recorded: no arguments, raw response, result, exception
+text or URL; only ids, the tool's registered name, statuses, codes and counts. Exceptions
+are not recorded on spans (their text may hold secrets). Metric labels are tool names,
+statuses and codes only, never run or call ids (cardinality).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
+
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from boundary.models import (
+    CanonicalKey,
+    CanonicalRecord,
+    RunContext,
+    Submission,
+    ToolCallEnvelope,
+    ToolOutcome,
+    is_safe_id,
+)
+
+if TYPE_CHECKING:
+    from boundary.registry import ToolRegistry
+
+__all__ = [
+    "METRICS",
+    "Metric",
+    "WorkerStep",
+    "trace_headers",
+    "traced_asubmit",
+    "traced_submit",
+    "worker_step",
+]
+
+#: The instrumentation scope of every span and metric.
+SCOPE = "tool_boundary"
+
+# --- Span names ---------------------------------------------------------------------------
+#: GenAI: ``execute_tool {gen_ai.tool.name}``.
+EXECUTE_SPAN = "execute_tool"
+SUBMIT_SPAN = "tool_boundary.submit"
+PROJECT_SPAN = "tool_boundary.project"
+
+# --- Attributes ---------------------------------------------------------------------------
+OPERATION = "gen_ai.operation.name"
+EXECUTE_TOOL = "execute_tool"
+TOOL_NAME = "gen_ai.tool.name"
+CALL_ID = "gen_ai.tool.call.id"
+ERROR_TYPE = "error.type"
+RUN_ID = "tool_boundary.run_id"
+STATUS = "tool_boundary.status"
+ATTEMPT = "tool_boundary.attempt"
+EVIDENCE = "tool_boundary.evidence_status"
+
+# --- Metric label keys (the same in OpenTelemetry and Prometheus) ---------------------------
+TOOL, CALL_STATUS, CODE = "tool", "status", "code"
+
+#: The worker steps.
+EXECUTE, PROJECT = "execute", "project"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: its OpenTelemetry instrument and its Prometheus name."""
+
+    name: str
+    prometheus: str
+    kind: str  # "counter" | "histogram" | "gauge"
+    unit: str
+    description: str
+    labels: tuple[str, ...] = ()
+
+
+CALLS = Metric(
+    "tool_boundary.calls",
+    "tool_boundary_calls_total",
+    "counter",
+    "{call}",
+    "Calls ended (sealed or refused), by tool, status and error code",
+    (TOOL, CALL_STATUS, CODE),
+)
+EXECUTE_DURATION = Metric(
+    "gen_ai.execute_tool.duration",
+    "gen_ai_execute_tool_duration_seconds",
+    "histogram",
+    "s",
+    "Time the tool ran in the execute step (GenAI execute_tool)",
+    (TOOL, CODE),
+)
+QUEUE_WAIT = Metric(
+    "tool_boundary.queue_wait.duration",
+    "tool_boundary_queue_wait_seconds",
+    "histogram",
+    "s",
+    "From the record's creation to its tool starting (first attempt)",
+    (TOOL,),
+)
+PROJECT_DURATION = Metric(
+    "tool_boundary.project.duration",
+    "tool_boundary_project_duration_seconds",
+    "histogram",
+    "s",
+    "Time of the project step (projector and seal)",
+    (TOOL,),
+)
+CALL_DURATION = Metric(
+    "tool_boundary.call.duration",
+    "tool_boundary_call_duration_seconds",
+    "histogram",
+    "s",
+    "From the record's creation to its seal, end to end",
+    (TOOL, CALL_STATUS, CODE),
+)
+REAPER_SEALS = Metric(
+    "tool_boundary.reaper.seals",
+    "tool_boundary_reaper_seals_total",
+    "counter",
+    "{call}",
+    "Calls the reaper sealed WORKER_LOST",
+)
+REAPER_REPROJECTIONS = Metric(
+    "tool_boundary.reaper.reprojections",
+    "tool_boundary_reaper_reprojections_total",
+    "counter",
+    "{call}",
+    "Project steps the reaper sent again",
+)
+PROJECTING = Metric(
+    "tool_boundary.projecting",
+    "tool_boundary_projecting_calls",
+    "gauge",
+    "{call}",
+    "Calls PROJECTING now (from the pending-runs index)",
+)
+HEARTBEAT_LAG = Metric(
+    "tool_boundary.heartbeat.lag",
+    "tool_boundary_heartbeat_lag_seconds",
+    "gauge",
+    "s",
+    "Longest time since a running call's last heartbeat (or start)",
+)
+
+#: Every metric, by OpenTelemetry name.
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        CALLS,
+        EXECUTE_DURATION,
+        QUEUE_WAIT,
+        PROJECT_DURATION,
+        CALL_DURATION,
+        REAPER_SEALS,
+        REAPER_REPROJECTIONS,
+        PROJECTING,
+        HEARTBEAT_LAG,
+    )
+}
+
+
+class MetricSink(Protocol):
+    """A second place recorded values go (the worker's Prometheus endpoint, ``tasks``)."""
+
+    def record(self, metric: Metric, value: float, labels: Mapping[str, str]) -> None: ...
+
+
+_tracer = trace.get_tracer(SCOPE)
+_meter = metrics.get_meter(SCOPE)
+_counters = {
+    m.name: _meter.create_counter(m.name, unit=m.unit, description=m.description)
+    for m in METRICS.values()
+    if m.kind == "counter"
+}
+_histograms = {
+    m.name: _meter.create_histogram(m.name, unit=m.unit, description=m.description)
+    for m in METRICS.values()
+    if m.kind == "histogram"
+}
+_sinks: list[MetricSink] = []
+
+
+def add_sink(sink: MetricSink) -> None:
+    """Sends every counter and histogram value to ``sink`` too (in this process)."""
+    _sinks.append(sink)
+
+
+def record(metric: Metric, value: float, **labels: str) -> None:
+    """Adds to a counter or records into a histogram; labels must be ``metric.labels``."""
+    if metric.kind == "counter":
+        _counters[metric.name].add(value, labels)
+    else:
+        _histograms[metric.name].record(value, labels)
+    for sink in _sinks:
+        sink.record(metric, value, labels)
+
+
+# --- Context propagation ------------------------------------------------------------------
+
+
+def trace_headers() -> dict[str, str]:
+    """The current trace context as message headers (``traceparent``...); empty when there
+    is no trace (no SDK, or no span): the message then carries nothing extra."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
+
+
+class _MessageGetter(Getter[object]):
+    """Reads a propagation field from a mapping or as an attribute (Celery's ``task.request``,
+    where a message's headers become attributes)."""
+
+    def get(self, carrier: object, key: str) -> list[str] | None:
+        value = carrier.get(key) if isinstance(carrier, Mapping) else getattr(carrier, key, None)
+        return [value] if isinstance(value, str) else None
+
+    def keys(self, carrier: object) -> list[str]:
+        return []
+
+
+_getter = _MessageGetter()
+
+
+def _parent(carrier: object) -> Context | None:
+    """The worker step's parent: the current span when something (the Celery
+    instrumentation) already started one for this task, else the message's trace context."""
+    if trace.get_current_span().get_span_context().is_valid or carrier is None:
+        return None
+    return propagate.extract(carrier, getter=_getter)
+
+
+# --- Caller side: a span per submit -------------------------------------------------------
+
+
+class _HasRegistry(Protocol):
+    registry: ToolRegistry
+
+
+#: Set while a submit span is open: ``asubmit`` on a thread calls ``submit``, one span.
+_submitting: ContextVar[bool] = ContextVar("tool_boundary_submitting", default=False)
+
+B = TypeVar("B", bound=_HasRegistry)
+P = ParamSpec("P")
+
+
+def _tool_of(registry: ToolRegistry, envelope: ToolCallEnvelope) -> str:
+    """The envelope's tool name if it is registered, else "" (a model's made-up name is
+    neither a safe attribute nor a bounded label)."""
+    name = envelope.tool_name
+    return name if isinstance(name, str) and registry.get(name) is not None else ""
+
+
+@contextmanager
+def _submit_span(
+    registry: ToolRegistry, envelope: ToolCallEnvelope, run: RunContext
+) -> Iterator[_Submit]:
+    tool = _tool_of(registry, envelope)
+    attributes: dict[str, str] = {}
+    if tool:
+        attributes[TOOL_NAME] = tool
+    call_id, run_id = envelope.tool_call_id, run.run_id
+    if call_id is not None and is_safe_id(call_id):
+        attributes[CALL_ID] = call_id
+    if is_safe_id(run_id):
+        attributes[RUN_ID] = run_id
+    token = _submitting.set(True)
+    try:
+        with _tracer.start_as_current_span(
+            f"{SUBMIT_SPAN} {tool}" if tool else SUBMIT_SPAN,
+            kind=SpanKind.PRODUCER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            yield _Submit(span, tool)
+    finally:
+        _submitting.reset(token)
+
+
+@dataclass(frozen=True)
+class _Submit:
+    span: Span
+    tool: str
+
+    def done(self, submission: Submission) -> Submission:
+        if submission.accepted:
+            self.span.set_attribute(STATUS, "PROJECTING")
+            return submission
+        outcome = submission.outcome
+        if outcome is None:
+            return submission
+        _set_outcome(self.span, outcome)
+        if outcome.error_code is not None:
+            record(
+                CALLS,
+                1,
+                tool=self.tool,
+                status=outcome.status.value,
+                code=outcome.error_code.value,
+            )
+        return submission
+
+
+def traced_submit(
+    submit: Callable[Concatenate[B, ToolCallEnvelope, RunContext, P], Submission],
+) -> Callable[Concatenate[B, ToolCallEnvelope, RunContext, P], Submission]:
+    """Wraps ``ToolBoundary.submit`` in its span."""
+
+    @functools.wraps(submit)
+    def traced(
+        boundary: B,
+        envelope: ToolCallEnvelope,
+        run: RunContext,
+        /,
+        *args: P.args,
+        **kw: P.kwargs,
+    ) -> Submission:
+        if _submitting.get():
+            return submit(boundary, envelope, run, *args, **kw)
+        with _submit_span(boundary.registry, envelope, run) as span:
+            return span.done(submit(boundary, envelope, run, *args, **kw))
+
+    return traced
+
+
+def traced_asubmit(
+    asubmit: Callable[Concatenate[B, ToolCallEnvelope, RunContext, P], Awaitable[Submission]],
+) -> Callable[Concatenate[B, ToolCallEnvelope, RunContext, P], Awaitable[Submission]]:
+    """Wraps ``asubmit`` in the same span as ``submit``."""
+
+    @functools.wraps(asubmit)
+    async def traced(
+        boundary: B,
+        envelope: ToolCallEnvelope,
+        run: RunContext,
+        /,
+        *args: P.args,
+        **kw: P.kwargs,
+    ) -> Submission:
+        if _submitting.get():
+            return await asubmit(boundary, envelope, run, *args, **kw)
+        with _submit_span(boundary.registry, envelope, run) as span:
+            return span.done(await asubmit(boundary, envelope, run, *args, **kw))
+
+    return traced
+
+
+def _set_outcome(span: Span, outcome: ToolOutcome) -> None:
+    span.set_attribute(STATUS, outcome.status.value)
+    if outcome.evidence_status is not None:
+        span.set_attribute(EVIDENCE, outcome.evidence_status.value)
+    if outcome.error_code is not None:
+        span.set_attribute(ERROR_TYPE, outcome.error_code.value)
+        # No description: it would be free text.
+        span.set_status(Status(StatusCode.ERROR))
+
+
+# --- Worker side: a span per step ---------------------------------------------------------
+
+
+@dataclass
+class WorkerStep:
+    """A worker step in progress: its span and what the step learnt of the call."""
+
+    span: Span
+    step: str
+    started: float = field(default_factory=time.monotonic)
+    tool: str = ""
+    created_at: float | None = None
+    tool_started: float | None = None
+    code: str = ""
+
+    def outcome(self, outcome: ToolOutcome) -> None:
+        """The call's outcome as the step ends (the project step's return)."""
+        _set_outcome(self.span, outcome)
+        if outcome.error_code is not None:
+            self.code = outcome.error_code.value
+
+
+_current: ContextVar[WorkerStep | None] = ContextVar("tool_boundary_step", default=None)
+
+
+@contextmanager
+def worker_step(step: str, key: CanonicalKey, carrier: object = None) -> Iterator[WorkerStep]:
+    """The span of a worker step (``EXECUTE`` or ``PROJECT``) of the call ``key``, in the
+    trace ``carrier`` (the message's headers, or Celery's ``task.request``) carries."""
+    attributes = {CALL_ID: key.tool_call_id, RUN_ID: key.run_id}
+    if step == EXECUTE:
+        attributes[OPERATION] = EXECUTE_TOOL
+    with _tracer.start_as_current_span(
+        EXECUTE_SPAN if step == EXECUTE else PROJECT_SPAN,
+        context=_parent(carrier),
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        state = WorkerStep(span, step)
+        token = _current.set(state)
+        try:
+            yield state
+        finally:
+            _current.reset(token)
+            _finish(state)
+
+
+def _finish(state: WorkerStep) -> None:
+    if not state.tool:
+        return
+    if state.step == EXECUTE and state.tool_started is not None:
+        took = time.monotonic() - state.tool_started
+        record(EXECUTE_DURATION, took, tool=state.tool, code=state.code)
+    elif state.step == PROJECT:
+        record(PROJECT_DURATION, time.monotonic() - state.started, tool=state.tool)
+
+
+def step_record(record_: CanonicalRecord) -> None:
+    """The step read the call's record: names the span after its tool."""
+    state = _current.get()
+    if state is None:
+        return
+    state.tool = record_.tool_name
+    state.created_at = record_.created_at.timestamp()
+    span = state.span
+    span.set_attribute(TOOL_NAME, record_.tool_name)
+    span.set_attribute(ATTEMPT, int(getattr(record_, "attempt", None) or 1))
+    name = EXECUTE_SPAN if state.step == EXECUTE else PROJECT_SPAN
+    span.update_name(f"{name} {record_.tool_name}")
+
+
+def tool_starts(record_: CanonicalRecord) -> None:
+    """The execute step is about to run the tool: its queue wait ends."""
+    state = _current.get()
+    if state is None:
+        return
+    state.tool_started = time.monotonic()
+    if int(getattr(record_, "attempt", None) or 1) == 1:
+        waited = max(time.time() - record_.created_at.timestamp(), 0.0)
+        record(QUEUE_WAIT, waited, tool=record_.tool_name)
+
+
+def sealed(outcome: ToolOutcome) -> None:
+    """This step sealed the call with ``outcome`` (the seal's write succeeded): counts it."""
+    state = _current.get()
+    if state is None:
+        return
+    state.outcome(outcome)
+    status, code = outcome.status.value, state.code
+    record(CALLS, 1, tool=state.tool, status=status, code=code)
+    if state.created_at is not None:
+        took = max(time.time() - state.created_at, 0.0)
+        record(CALL_DURATION, took, tool=state.tool, status=status, code=code)
+
+
+def stored() -> None:
+    """The execute step kept the raw response: the call goes on PROJECTING."""
+    state = _current.get()
+    if state is not None:
+        state.span.set_attribute(STATUS, "PROJECTING")
