@@ -278,10 +278,28 @@ def _time_left(deadline: float) -> float:
     return left
 
 
-def _limit_statement(conn: Any, deadline: float) -> None:
+def _ms_left(deadline: float) -> str:
+    return str(max(int(_time_left(deadline) * 1000), 1))
+
+
+def _limit_session(conn: Any, deadline: float) -> None:
+    """Bounds the transaction's statements by the call's time left, and what the server
+    does if the tool stops talking to it: an idle transaction (a hung worker) ends with the
+    call's time, a dead worker's statement within a second (PostgreSQL 14+ checks the
+    client's socket while a statement runs)."""
+    settings = ["statement_timeout", "idle_in_transaction_session_timeout"]
+    if conn.info.server_version >= 140000:
+        settings.append("client_connection_check_interval")
+    values = [_ms_left(deadline)] * 2 + ["1000"] * (len(settings) - 2)
     # SET takes no bind variables; set_config does. Local: ends with the transaction.
-    timeout_ms = str(max(int(_time_left(deadline) * 1000), 1))
-    conn.execute("SELECT set_config('statement_timeout', %s, true)", (timeout_ms,))
+    calls = ", ".join("set_config(%s, %s, true)" for _ in settings)
+    conn.execute(
+        f"SELECT {calls}", [v for pair in zip(settings, values, strict=True) for v in pair]
+    )
+
+
+def _limit_statement(conn: Any, deadline: float) -> None:
+    conn.execute("SELECT set_config('statement_timeout', %s, true)", (_ms_left(deadline),))
 
 
 def _read(
@@ -296,7 +314,7 @@ def _read(
 ) -> dict[str, Any]:
     conn.read_only = True  # BEGIN READ ONLY
     rows: list[list[Any]] = []
-    _limit_statement(conn, deadline)
+    _limit_session(conn, deadline)
     with conn.cursor(name="report") as cursor:
         cursor.execute(report.sql, params)  # DECLARE: binds only
         columns = [column.name for column in cursor.description or ()]

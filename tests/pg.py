@@ -17,7 +17,10 @@ import pytest
 from examples import pgreport
 from examples.pgreport_demo import create_demo_table
 from tests.conftest import CI, require_service
+from tests.pg_tools import ALL_REPORTS
 from tests.settings import SUITE
+
+__all__ = ["ALL_REPORTS"]
 
 #: Rows of the scratch databases' demo table.
 DEMO_ROWS = 20_000
@@ -30,36 +33,6 @@ CREATE TABLE written (n integer);
 CREATE FUNCTION write_one() RETURNS integer LANGUAGE sql VOLATILE
     AS 'INSERT INTO written VALUES (1) RETURNING n';
 """
-
-#: Reports the tests declare on top of the demo's (as a tool author would).
-TEST_REPORTS = {
-    report.name: report
-    for report in (
-        pgreport.Report(
-            name="sleep",
-            description="Sleeps on the server.",
-            sql="SELECT pg_sleep(%(seconds)s::float8) AS slept",
-            params={"seconds": {"type": "number", "minimum": 0, "maximum": 600}},
-            required=("seconds",),
-        ),
-        pgreport.Report(
-            name="slow_rows",
-            description="The requests in id order, each row taking a little while.",
-            sql=(
-                "SELECT id, service, pg_sleep(%(row_s)s::float8)::text AS slept"
-                " FROM request_log ORDER BY id"
-            ),
-            params={"row_s": {"type": "number", "minimum": 0, "maximum": 1}},
-            required=("row_s",),
-        ),
-        pgreport.Report(
-            name="write_one",
-            description="Calls a function that writes.",
-            sql="SELECT write_one() AS n",
-        ),
-    )
-}
-ALL_REPORTS = {**pgreport.REPORTS, **TEST_REPORTS}
 
 
 def require_psycopg() -> Any:
