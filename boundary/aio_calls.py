@@ -60,28 +60,35 @@ async def _dispatch(boundary: ToolBoundary, key: CanonicalKey) -> None:
 
 @telemetry.traced_asubmit
 async def asubmit(
-    boundary: ToolBoundary, envelope: ToolCallEnvelope, run: RunContext
+    boundary: ToolBoundary, envelope: ToolCallEnvelope, run: RunContext, replay: bool = False
 ) -> Submission:
     store = boundary._async_store()
     if store is None:
-        return await asyncio.to_thread(boundary.submit, envelope, run)
+        return await asyncio.to_thread(boundary.submit, envelope, run, replay=replay)
     prepared = boundary._prepare(envelope, run)
     if isinstance(prepared, Submission):
         return prepared
     # Shielded: a caller cancelled between create and dispatch would leave a record that no
     # worker ever runs. The submission completes; only the caller stops waiting for it.
-    return await asyncio.shield(_create_and_dispatch(boundary, store, envelope, prepared))
+    return await asyncio.shield(
+        _create_and_dispatch(boundary, store, envelope, prepared, replay=replay)
+    )
 
 
 async def _create_and_dispatch(
-    boundary: ToolBoundary, store: AsyncStore, envelope: ToolCallEnvelope, prepared: Prepared
+    boundary: ToolBoundary,
+    store: AsyncStore,
+    envelope: ToolCallEnvelope,
+    prepared: Prepared,
+    *,
+    replay: bool,
 ) -> Submission:
     key = prepared.key
     try:
         created = await store.create(key, **prepared.create)
     except StoreError:
         return boundary._rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
-    refused = boundary._refused(envelope, key, created)
+    refused = boundary._refused(envelope, key, created, replay=replay)
     if refused is not None:
         return refused
     try:
@@ -106,13 +113,17 @@ async def _dispatch_failed(store: AsyncStore, key: CanonicalKey) -> Submission:
 
 
 async def ainvoke(
-    boundary: ToolBoundary, envelope: ToolCallEnvelope, run: RunContext, timeout: float | None
+    boundary: ToolBoundary,
+    envelope: ToolCallEnvelope,
+    run: RunContext,
+    timeout: float | None,
+    replay: bool = False,
 ) -> ToolOutcome:
     give_up = _give_up(timeout)
     store = boundary._async_store()
     if store is None:
-        return await asyncio.to_thread(boundary.invoke, envelope, run, timeout)
-    submission = await asubmit(boundary, envelope, run)
+        return await asyncio.to_thread(boundary.invoke, envelope, run, timeout, replay=replay)
+    submission = await asubmit(boundary, envelope, run, replay)
     if submission.outcome is not None:
         return submission.outcome
     assert submission.key is not None
@@ -186,16 +197,24 @@ async def aclose(boundary: ToolBoundary) -> None:
 class AsyncCalls:
     """``ToolBoundary``'s async methods (a mixin, so ``core`` stays small)."""
 
-    async def asubmit(self, envelope: ToolCallEnvelope, run: RunContext) -> Submission:
-        """``submit`` for an event loop."""
-        return await asubmit(cast("ToolBoundary", self), envelope, run)
+    async def asubmit(
+        self, envelope: ToolCallEnvelope, run: RunContext, *, replay: bool = False
+    ) -> Submission:
+        """``submit`` for an event loop (``replay`` as there)."""
+        return await asubmit(cast("ToolBoundary", self), envelope, run, replay)
 
     async def ainvoke(
-        self, envelope: ToolCallEnvelope, run: RunContext, timeout: float | None = None
+        self,
+        envelope: ToolCallEnvelope,
+        run: RunContext,
+        timeout: float | None = None,
+        *,
+        replay: bool = False,
     ) -> ToolOutcome:
         """``invoke`` for an event loop: wakes on the call's seal, never polls; returns a
-        PROJECTING outcome (``pending``) when ``timeout`` runs out first."""
-        return await ainvoke(cast("ToolBoundary", self), envelope, run, timeout)
+        PROJECTING outcome (``pending``) when ``timeout`` runs out first. ``replay`` as in
+        ``invoke``: the same call made again returns the first call's outcome."""
+        return await ainvoke(cast("ToolBoundary", self), envelope, run, timeout, replay)
 
     async def aoutcome(
         self, run_id: str, tool_call_id: str, timeout: float | None = None

@@ -111,8 +111,18 @@ class ToolBoundary(AsyncCalls):
         return datetime.fromtimestamp(self._clock(), tz=UTC)
 
     @telemetry.traced_submit
-    def submit(self, envelope: ToolCallEnvelope, run: RunContext) -> Submission:
-        """Preflight, create the PROJECTING record, dispatch. Never raises for bad input."""
+    def submit(
+        self, envelope: ToolCallEnvelope, run: RunContext, *, replay: bool = False
+    ) -> Submission:
+        """Preflight, create the PROJECTING record, dispatch. Never raises for bad input.
+
+        ``replay=True`` (an agent resumed from a checkpoint makes its last calls again): when
+        the same call (same tool, equal arguments) is already recorded under this id, the
+        answer is an accepted ``Submission`` for that key with ``replayed`` true, instead of
+        ``DUPLICATE_TOOL_CALL``; nothing is created, dispatched or charged to a budget, and
+        ``outcome()`` gives the first call's outcome. Another call under the id is still
+        refused with ``DUPLICATE_TOOL_CALL_CONFLICT``.
+        """
         prepared = self._prepare(envelope, run)
         if isinstance(prepared, Submission):
             return prepared
@@ -121,7 +131,7 @@ class ToolBoundary(AsyncCalls):
             created = self.store.create(key, **prepared.create)
         except StoreError:
             return self._rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
-        refused = self._refused(envelope, key, created)
+        refused = self._refused(envelope, key, created, replay=replay)
         if refused is not None:
             return refused
         try:
@@ -158,10 +168,19 @@ class ToolBoundary(AsyncCalls):
         )
 
     def _refused(
-        self, envelope: ToolCallEnvelope, key: CanonicalKey, created: CreateResult
+        self,
+        envelope: ToolCallEnvelope,
+        key: CanonicalKey,
+        created: CreateResult,
+        *,
+        replay: bool = False,
     ) -> Submission | None:
+        """``None`` when the call was created; else what ``submit`` answers (a replay of the
+        same call is an accepted submission of the existing key)."""
         if created.status is CreateStatus.CREATED:
             return None
+        if replay and created.status is CreateStatus.DUPLICATE:
+            return Submission(key=key, accepted=True, replayed=True)
         code = created.status.error_code
         assert code is not None
         return self._rejected(envelope, key, code)
@@ -252,17 +271,26 @@ class ToolBoundary(AsyncCalls):
                 poll_only = True
 
     def invoke(
-        self, envelope: ToolCallEnvelope, run: RunContext, timeout: float | None = None
+        self,
+        envelope: ToolCallEnvelope,
+        run: RunContext,
+        timeout: float | None = None,
+        *,
+        replay: bool = False,
     ) -> ToolOutcome:
         """``submit`` then wait for the outcome, ``timeout`` bounding the whole call. Always
-        returns an outcome: a PROJECTING one (``pending``) when the time ran out first."""
+        returns an outcome: a PROJECTING one (``pending``) when the time ran out first.
+
+        ``replay=True``: the same call already made under this id returns the first call's
+        outcome (waiting for it within ``timeout`` while it runs) instead of
+        ``DUPLICATE_TOOL_CALL``; the tool is not run again (see ``submit``)."""
         give_up = _give_up(timeout)
-        submission = self.submit(envelope, run)
+        submission = self.submit(envelope, run, replay=replay)
         if submission.outcome is not None:
             return submission.outcome
         assert submission.key is not None
-        # Just dispatched: wait first, then read.
-        return self._await(submission.key, give_up, read_first=False)
+        # Just dispatched: wait first, then read. A replayed call may be sealed long ago.
+        return self._await(submission.key, give_up, read_first=submission.replayed)
 
     def for_run(self, run: RunContext, *, timeout: float = DEFAULT_CALL_TIMEOUT_S) -> RunBoundary:
         """A handle on ``run``: ``for_run(run).call(tool_call_id, tool_name, arguments)``

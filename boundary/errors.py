@@ -22,7 +22,10 @@ class ErrorCode(StrEnum):
     NOT_READ_ONLY = "NOT_READ_ONLY"
     RUN_INACTIVE = "RUN_INACTIVE"
     RUN_DEADLINE_EXCEEDED = "RUN_DEADLINE_EXCEEDED"
+    #: The same call (same tool, equal arguments) again under a used tool_call_id.
     DUPLICATE_TOOL_CALL = "DUPLICATE_TOOL_CALL"
+    #: A used tool_call_id again with another tool or other arguments.
+    DUPLICATE_TOOL_CALL_CONFLICT = "DUPLICATE_TOOL_CALL_CONFLICT"
     TOOL_BUDGET_EXHAUSTED = "TOOL_BUDGET_EXHAUSTED"
     RUN_BUDGET_EXHAUSTED = "RUN_BUDGET_EXHAUSTED"
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
@@ -68,6 +71,9 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.RUN_INACTIVE: "The run is not active.",
     ErrorCode.RUN_DEADLINE_EXCEEDED: "The run's deadline has passed.",
     ErrorCode.DUPLICATE_TOOL_CALL: "A call with this id was already made in this run.",
+    ErrorCode.DUPLICATE_TOOL_CALL_CONFLICT: (
+        "This tool call id was already used in this run for a different call."
+    ),
     ErrorCode.TOOL_BUDGET_EXHAUSTED: "The run has used all calls allowed for this tool.",
     ErrorCode.RUN_BUDGET_EXHAUSTED: "The run has used all tool calls it is allowed.",
     ErrorCode.STORE_UNAVAILABLE: "The invocation store is unavailable; try again later.",
@@ -108,6 +114,7 @@ PREFLIGHT_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.RUN_INACTIVE,
         ErrorCode.RUN_DEADLINE_EXCEEDED,
         ErrorCode.DUPLICATE_TOOL_CALL,
+        ErrorCode.DUPLICATE_TOOL_CALL_CONFLICT,
         ErrorCode.TOOL_BUDGET_EXHAUSTED,
         ErrorCode.RUN_BUDGET_EXHAUSTED,
         ErrorCode.STORE_UNAVAILABLE,

@@ -58,9 +58,18 @@ class RunBoundary:
             arguments=arguments,
         )
 
-    def submit(self, tool_call_id: str | None, tool_name: str | None, arguments: Any) -> Submission:
-        """Preflight, record and dispatch without waiting."""
-        return self.boundary.submit(self.envelope(tool_call_id, tool_name, arguments), self.run)
+    def submit(
+        self,
+        tool_call_id: str | None,
+        tool_name: str | None,
+        arguments: Any,
+        *,
+        replay: bool = False,
+    ) -> Submission:
+        """Preflight, record and dispatch without waiting (``replay``: as
+        ``ToolBoundary.submit``)."""
+        envelope = self.envelope(tool_call_id, tool_name, arguments)
+        return self.boundary.submit(envelope, self.run, replay=replay)
 
     def call(
         self,
@@ -69,10 +78,16 @@ class RunBoundary:
         arguments: Any,
         *,
         timeout: float | None = None,
+        replay: bool = False,
     ) -> ToolOutcome:
-        """Submits the call and waits for its outcome: a bounded result or an error code."""
+        """Submits the call and waits for its outcome: a bounded result or an error code.
+
+        ``replay=True``: the same call already made under this id (an agent resumed from a
+        checkpoint) returns the first call's outcome instead of ``DUPLICATE_TOOL_CALL``."""
         envelope = self.envelope(tool_call_id, tool_name, arguments)
-        return self.boundary.invoke(envelope, self.run, timeout=self._timeout(timeout))
+        return self.boundary.invoke(
+            envelope, self.run, timeout=self._timeout(timeout), replay=replay
+        )
 
     async def acall(
         self,
@@ -81,10 +96,11 @@ class RunBoundary:
         arguments: Any,
         *,
         timeout: float | None = None,
+        replay: bool = False,
     ) -> ToolOutcome:
         """``call`` for an event loop: the loop is never blocked while the call runs."""
         envelope = self.envelope(tool_call_id, tool_name, arguments)
-        return await _ainvoke(self.boundary, envelope, self.run, self._timeout(timeout))
+        return await _ainvoke(self.boundary, envelope, self.run, self._timeout(timeout), replay)
 
     def outcome(self, tool_call_id: str, *, timeout: float | None = None) -> ToolOutcome:
         """The outcome of a call submitted earlier in this run."""
@@ -99,7 +115,11 @@ class RunBoundary:
 
 
 async def _ainvoke(
-    boundary: ToolBoundary, envelope: ToolCallEnvelope, run: RunContext, timeout: float
+    boundary: ToolBoundary,
+    envelope: ToolCallEnvelope,
+    run: RunContext,
+    timeout: float,
+    replay: bool,
 ) -> ToolOutcome:
     # Woken by the call's seal notification: no thread, the event loop is never blocked.
-    return await boundary.ainvoke(envelope, run, timeout=timeout)
+    return await boundary.ainvoke(envelope, run, timeout=timeout, replay=replay)

@@ -138,6 +138,9 @@ class CanonicalRecord(_Frozen):
     deadline: datetime | None = None
     #: Why the tool or projector failed (type and frame, never the message); Harness-only.
     diagnostic: Diagnostic | None = None
+    #: The call's fingerprint (``boundary.fingerprint.request_sha256``), set once at create;
+    #: ``None`` for a record written before fingerprints existed.
+    request_sha256: str | None = None
 
     @property
     def key(self) -> CanonicalKey:
@@ -251,6 +254,9 @@ class Submission(_Frozen):
     accepted: bool
     #: The immediate ERROR outcome when the call was not accepted, else ``None``.
     outcome: ToolOutcome | None = None
+    #: ``submit(..., replay=True)`` found the same call already made under this key: nothing
+    #: was created or dispatched; its outcome is the first call's (``outcome()``).
+    replayed: bool = False
 
 
 class ObservedFact(_Frozen):

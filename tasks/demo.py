@@ -91,7 +91,7 @@ SCRIPT: tuple[Step, ...] = (
         "repeated tool_call_id",
         "search_docs",
         "call_search_1",
-        {"query": "rate limits"},
+        {"query": "upstream timeout retries"},
         InvocationStatus.ERROR,
         ErrorCode.DUPLICATE_TOOL_CALL,
     ),

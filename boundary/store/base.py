@@ -24,7 +24,10 @@ DEFAULT_TTL_S = 24 * 3600
 
 class CreateStatus(StrEnum):
     CREATED = "CREATED"
+    #: The id is used by the same call (same fingerprint, or a record without one).
     DUPLICATE = "DUPLICATE"
+    #: The id is used by another call (other tool or other arguments).
+    CONFLICT = "CONFLICT"
     RUN_BUDGET = "RUN_BUDGET"
     TOOL_BUDGET = "TOOL_BUDGET"
 
@@ -35,6 +38,7 @@ class CreateStatus(StrEnum):
 
 _CREATE_CODES = {
     CreateStatus.DUPLICATE: ErrorCode.DUPLICATE_TOOL_CALL,
+    CreateStatus.CONFLICT: ErrorCode.DUPLICATE_TOOL_CALL_CONFLICT,
     CreateStatus.RUN_BUDGET: ErrorCode.RUN_BUDGET_EXHAUSTED,
     CreateStatus.TOOL_BUDGET: ErrorCode.TOOL_BUDGET_EXHAUSTED,
 }
@@ -193,9 +197,11 @@ class CanonicalStore(ABC):
 
     @abstractmethod
     def create(self, key: CanonicalKey, **terms: Unpack[CreateTerms]) -> CreateResult:
-        """Atomically: refuse a duplicate, consume budgets, write the record PROJECTING,
-        set its TTL (the only place a TTL is set), and its reap time: ``min(deadline, now +
-        max_pending_s) + reap_grace_s``, ``now`` being the store's clock."""
+        """Atomically: refuse a duplicate (``DUPLICATE`` for the same call, ``CONFLICT`` for
+        another one under the same id, told apart by ``request_sha256``), consume budgets,
+        write the record PROJECTING with its fingerprint, set its TTL (the only place a TTL
+        is set), and its reap time: ``min(deadline, now + max_pending_s) + reap_grace_s``,
+        ``now`` being the store's clock."""
 
     @abstractmethod
     def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode, StoreError
+from boundary.fingerprint import request_sha256
 from boundary.models import CanonicalKey, CanonicalRecord, InvocationStatus
 from boundary.store import keys
 from boundary.store.base import (
@@ -72,6 +73,7 @@ PROGRESS_FIELDS = (
     "updated_at",
     "deadline",
     "diagnostic",
+    "request_sha256",
 )
 
 
@@ -103,6 +105,7 @@ def decode_record(fields: dict[str, str]) -> CanonicalRecord:
             updated_at=_from_ms(fields["updated_at"]),
             deadline=_from_ms(fields.get("deadline")),
             diagnostic=_diagnostic(fields.get("diagnostic")),
+            request_sha256=fields.get("request_sha256") or None,
         )
     except (KeyError, ValueError, ValidationError):
         # A record this code did not write: refuse it rather than guess.
@@ -223,6 +226,7 @@ def create_args(
         -1 if max_tool_calls is None else max_tool_calls,
         max(int(terms["reap_grace_s"] * 1000), 0),
         key.identity,
+        request_sha256(terms["tool_name"], terms["request"]),
     ]
     run_keys = [keys.record_key(key), keys.budget_key(key.run_id), keys.pending_key(key.run_id)]
     if index:

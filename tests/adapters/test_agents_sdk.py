@@ -155,7 +155,7 @@ def test_a_repeated_id_reaching_the_tool_is_refused_by_the_boundary(handle: RunB
     first, second = asyncio.run(twice())
 
     assert first["status"] == "READY"
-    assert second["error_code"] == "DUPLICATE_TOOL_CALL"
+    assert second["error_code"] == "DUPLICATE_TOOL_CALL_CONFLICT"
 
 
 def test_async_run_leaves_the_event_loop_free(handle: RunBoundary, gate: Gate) -> None:

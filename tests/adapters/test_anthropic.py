@@ -76,7 +76,7 @@ def test_tool_uses_get_results_under_their_ids_with_is_error(
     assert json.loads(sent[USE_BAD]["content"])["error_path"] == "/additionalProperties"
     # and the repeated id was refused, the first record untouched
     repeated = results(http.requests[2]["messages"])
-    assert json.loads(repeated[USE_FIND]["content"])["error_code"] == "DUPLICATE_TOOL_CALL"
+    assert json.loads(repeated[USE_FIND]["content"])["error_code"] == "DUPLICATE_TOOL_CALL_CONFLICT"
     stored = record(USE_FIND)
     assert stored.tool_call_id == USE_FIND
     assert json.loads(stored.request) == {"query": "timeouts"}

@@ -98,7 +98,7 @@ def test_tool_node_answers_each_call_under_its_id(
     assert bad.status == "error"
     assert json.loads(bad.content)["error_path"] == "/properties/query/type"
     assert repeated.status == "error"
-    assert json.loads(repeated.content)["error_code"] == "DUPLICATE_TOOL_CALL"
+    assert json.loads(repeated.content)["error_code"] == "DUPLICATE_TOOL_CALL_CONFLICT"
     # and the first record is untouched, nothing raw in what the model saw
     assert json.loads(record("call_lc_find-1").request) == {"query": "timeouts"}
     shown = "".join(str(m.content) for m in state["messages"])

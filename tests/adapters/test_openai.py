@@ -76,7 +76,7 @@ def test_chat_tool_calls_run_once_under_their_exact_ids(
     assert answers[CALL_BAD]["error_path"] == "/properties/query/minLength"
     # and the repeated id was refused without running the tool again
     assert contents(http.requests[2]["messages"])[CALL_FIND]["error_code"] == (
-        "DUPLICATE_TOOL_CALL"
+        "DUPLICATE_TOOL_CALL_CONFLICT"
     )
     stored = record(CALL_FIND)
     assert stored.tool_call_id == CALL_FIND

@@ -72,7 +72,7 @@ def test_calls_run_under_ctx_tool_call_id_with_retry_and_failure_mapped(
     retried = json.loads(parts["pyd_bad-c3", "retried"].content)
     assert retried["error_path"] == "/properties/query/type"
     repeated = json.loads(parts["pyd_find-a1", "failed"].content)
-    assert repeated["error_code"] == "DUPLICATE_TOOL_CALL"
+    assert repeated["error_code"] == "DUPLICATE_TOOL_CALL_CONFLICT"
     # and the first record is untouched, nothing raw or secret reached the model
     assert json.loads(record("pyd_find-a1").request) == {"query": "timeouts"}
     shown = result.all_messages_json().decode()

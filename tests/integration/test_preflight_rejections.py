@@ -297,7 +297,7 @@ def test_duplicate_tool_call_is_rejected(
     with unchanged(redis_client):
         submission = submit(boundary, arguments=as_form({"query": "other"}, form))
     # Then it is refused, the tool does not run again, and nothing changed in Redis
-    assert refused_code(submission) is ErrorCode.DUPLICATE_TOOL_CALL
+    assert refused_code(submission) is ErrorCode.DUPLICATE_TOOL_CALL_CONFLICT
     assert submission.outcome is not None and submission.outcome.tool_call_id == "call_1"
     assert tool.calls.value == 1
     assert projector.calls.value == 1

@@ -81,8 +81,8 @@ def test_concurrent_duplicates_create_one_record_and_execute_once(
     run = make_run()
     # When they all submit at once
     submissions = all_at_once(50, lambda i: boundary.submit(envelope("call_1", {"thread": i}), run))
-    # Then exactly one is accepted and the other 49 are duplicates
-    assert codes(submissions) == {"ACCEPTED": 1, "DUPLICATE_TOOL_CALL": 49}
+    # Then exactly one is accepted and the other 49 are told the id was used for another call
+    assert codes(submissions) == {"ACCEPTED": 1, "DUPLICATE_TOOL_CALL_CONFLICT": 49}
     # And one record exists, the tool ran once, with the winner's arguments, stored whole
     assert record_keys(redis_client) == {keys.record_key(key_of("call_1"))}
     assert tool.calls.value == 1

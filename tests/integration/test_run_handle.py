@@ -80,7 +80,7 @@ def test_a_repeated_id_is_refused_and_not_run(redis_client: redis.Redis) -> None
 
     again = handle.call("call_1", TOOL, {"query": "b"})
 
-    assert again == ToolOutcome.error("call_1", ErrorCode.DUPLICATE_TOOL_CALL)
+    assert again == ToolOutcome.error("call_1", ErrorCode.DUPLICATE_TOOL_CALL_CONFLICT)
     assert tool.calls.value == 1
 
 

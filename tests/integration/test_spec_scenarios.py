@@ -261,11 +261,22 @@ def test_projection_fails(
 # Requirement 4: Tool Call ID and Run ownership SHALL be preserved
 
 
+@pytest.mark.parametrize(
+    ("arguments", "code"),
+    [
+        # The same call again (key order and blanks aside): a plain duplicate
+        ('{ "service": "api", "query": "timeout" }', ErrorCode.DUPLICATE_TOOL_CALL),
+        # The id reused for other arguments: a conflict
+        ('{"query": "something else"}', ErrorCode.DUPLICATE_TOOL_CALL_CONFLICT),
+    ],
+)
 def test_duplicate_tool_call_id_is_submitted(
     boundary: ToolBoundary,
     registry: ToolRegistry,
     store: RedisCanonicalStore,
     redis_client: redis.Redis,
+    arguments: str,
+    code: ErrorCode,
 ) -> None:
     # Given a completed call
     tool, projector = register(registry, FakeTool(RAW))
@@ -273,10 +284,10 @@ def test_duplicate_tool_call_id_is_submitted(
     record_key = keys.record_key(key_of("call_1"))
     before = snapshot(redis_client, record_key)
     expires_before = redis_client.pexpiretime(record_key)
-    # When a second invocation uses the same run id and framework id (other arguments)
-    second = invoke(boundary, "call_1", '{"query": "something else"}')
+    # When a second invocation uses the same run id and framework id
+    second = invoke(boundary, "call_1", arguments)
     # Then the tool is not executed again and ERROR comes back
-    assert second == ToolOutcome.error("call_1", ErrorCode.DUPLICATE_TOOL_CALL)
+    assert second == ToolOutcome.error("call_1", code)
     assert tool.calls.value == 1
     assert projector.calls.value == 1
     # And the first record is unchanged byte for byte, expiry included
@@ -297,8 +308,8 @@ def test_duplicate_of_a_running_call_is_refused_while_it_runs(
     tool, _ = register(registry, FakeTool(RAW, during=resubmit))
     # When the first call runs
     first = invoke(boundary)
-    # Then the second is refused and the first completes with its own request
-    assert answers == [ToolOutcome.error("call_1", ErrorCode.DUPLICATE_TOOL_CALL)]
+    # Then the second (other arguments) is refused and the first completes with its own request
+    assert answers == [ToolOutcome.error("call_1", ErrorCode.DUPLICATE_TOOL_CALL_CONFLICT)]
     assert tool.calls.value == 1
     assert first.status is InvocationStatus.READY
     assert stored(store).request == '{"query":"timeout","service":"api"}'

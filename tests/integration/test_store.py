@@ -77,10 +77,10 @@ def test_create_refuses_a_duplicate_without_touching_anything(
     key = create_projecting(store)
     record = snapshot(redis_client, keys.record_key(key))
     budget = redis_client.hgetall(keys.budget_key(RUN_ID))
-    # When it is created again
+    # When it is created again, for another tool
     result = store.create(key, **create_terms(tool_name="other", max_pending_s=0))
-    # Then it is a duplicate and nothing changed
-    assert result.status is CreateStatus.DUPLICATE
+    # Then it is a conflicting duplicate and nothing changed
+    assert result.status is CreateStatus.CONFLICT
     assert result.seq is None
     assert snapshot(redis_client, keys.record_key(key)) == record
     assert redis_client.hgetall(keys.budget_key(RUN_ID)) == budget

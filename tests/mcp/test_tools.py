@@ -86,12 +86,12 @@ async def a_repeated_tool_call_id_is_refused_and_not_executed(
     first = await client.call_tool("lookup", {"query": "one"}, meta=call_meta("call-dup"))
     second = await client.call_tool("lookup", {"query": "two"}, meta=call_meta("call-dup"))
     assert first.is_error is False
-    # The second is DUPLICATE_TOOL_CALL, and the first record is untouched
+    # The second (other arguments) is DUPLICATE_TOOL_CALL_CONFLICT, the first record untouched
     assert second.is_error is True
     assert second.structured_content == {
         "status": "ERROR",
-        "error_code": "DUPLICATE_TOOL_CALL",
-        "message": ErrorCode.DUPLICATE_TOOL_CALL.message,
+        "error_code": "DUPLICATE_TOOL_CALL_CONFLICT",
+        "message": ErrorCode.DUPLICATE_TOOL_CALL_CONFLICT.message,
     }
     stored = record(store, "call-dup")
     assert stored is not None and json.loads(stored.request) == {"query": "one"}

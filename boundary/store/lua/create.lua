@@ -19,6 +19,8 @@
 -- Every time here is Redis's (TIME), never the caller's clock: a submitter whose clock is
 -- hours off still gets the reap time it asked for.
 -- ARGV[11] = identity (run_id:tool_call_id), the member in the pending set
+-- ARGV[12] = request_sha256: the call's fingerprint (boundary/fingerprint.py), kept in the
+--            record and compared with the one of a record already under this id
 -- KEYS[4] = pending-runs index  tb:pending-runs (optional: single-node Redis only; on a
 --           cluster it is in another hash slot, so the client bumps it with its own command)
 -- KEYS[5] = runs index  tb:runs (optional, with KEYS[4]; on a cluster runs are found by SCAN)
@@ -28,9 +30,18 @@
 -- trims up to ten members scored before now: each run is added once and removes up to ten,
 -- so the index stays about as large as the live runs.
 --
--- Returns {1, seq} created; {0, "DUPLICATE"}; {0, "RUN_BUDGET"}; {0, "TOOL_BUDGET"}.
+-- Returns {1, seq} created; {0, "DUPLICATE"} the same call is already recorded under this id;
+-- {0, "CONFLICT"} another call (other tool or other arguments) is; {0, "RUN_BUDGET"};
+-- {0, "TOOL_BUDGET"}.
 
+-- Duplicates first, before any budget: a call made again is never charged twice.
 if redis.call("EXISTS", KEYS[1]) == 1 then
+  local first = redis.call("HGET", KEYS[1], "request_sha256")
+  -- A record without a fingerprint was written by an earlier version: counted as the same
+  -- call, so an upgrade turns no repeated call into a conflict.
+  if first and first ~= "" and first ~= ARGV[12] then
+    return {0, "CONFLICT"}
+  end
   return {0, "DUPLICATE"}
 end
 
@@ -68,7 +79,8 @@ redis.call("HSET", KEYS[1],
   "seq", seq,
   "created_at", now,
   "updated_at", now,
-  "deadline", ARGV[6])
+  "deadline", ARGV[6],
+  "request_sha256", ARGV[12])
 redis.call("PEXPIRE", KEYS[1], ttl)
 
 redis.call("ZADD", KEYS[3], reap_at, ARGV[11])
