@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from boundary import CanonicalKey, ErrorCode
+from boundary import CanonicalKey, ErrorCode, telemetry
 from boundary.store import CanonicalStore, ReapDecision, WriteStatus
 
 logger = logging.getLogger(__name__)
@@ -66,4 +66,5 @@ def reap_once(
         logger.warning(
             "reaper: %d call(s) sealed WORKER_LOST, %d re-projected", sealed, reprojected
         )
+    telemetry.reaped(sealed=sealed, reprojected=reprojected)
     return Reaped(due=len(due), sealed=sealed, reprojected=reprojected)

@@ -69,6 +69,10 @@ class Settings(BaseSettings, LimitFields):
     #: ``REDIS_URL`` names a node of a Redis Cluster (the store, the CLI, observe, reproject
     #: and the reaper then work across the cluster; the broker must be a plain Redis).
     redis_cluster: bool = False
+    #: A worker serves Prometheus ``/metrics`` on this port (``None``: no endpoint).
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    #: ...on this address; a host's other machines reach it only if told so ("0.0.0.0").
+    metrics_host: str = "127.0.0.1"
     #: Refuse to start a worker on a store Redis without persistence (AOF or RDB).
     require_persistence: bool = False
     #: Seconds a broker publish may take (connecting included) before dispatch fails.

@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -63,3 +64,24 @@ def read_span_file(path: Path) -> list[dict[str, object]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def points(name: str) -> dict[frozenset[tuple[str, Any]], Any]:
+    """The data points of one metric as ``METRICS`` holds them now, by attributes."""
+    data = METRICS.get_metrics_data()
+    found: dict[frozenset[tuple[str, Any]], Any] = {}
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == name:
+                    for point in metric.data.data_points:
+                        found[frozenset((point.attributes or {}).items())] = point
+    return found
+
+
+def count(name: str, **labels: str) -> float:
+    """A counter's value, or a histogram's count, for ``labels`` (0 when never recorded)."""
+    point = points(name).get(frozenset(labels.items()))
+    if point is None:
+        return 0
+    return float(point.value if hasattr(point, "value") else point.count)

@@ -265,6 +265,11 @@ class CanonicalStore(ABC):
         """The store's clock: the one clock every deadline and reap time is measured on."""
         return datetime.now(UTC)
 
+    def count_projecting(self) -> int | None:
+        """Calls PROJECTING now, from an index (never a scan of the keyspace); ``None`` when
+        this store cannot tell cheaply."""
+        return None
+
     @abstractmethod
     def due_pending(self, now: datetime | None = None, limit: int = 1000) -> list[CanonicalKey]:
         """PROJECTING calls whose reap time has passed, across runs, at ``now`` (default: the

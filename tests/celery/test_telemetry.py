@@ -19,7 +19,7 @@ from boundary import (
     ToolCallEnvelope,
     ToolOutcome,
 )
-from boundary import telemetry as tm
+from boundary.telemetry.names import CALL_ID
 from tasks import CeleryDispatcher
 from tasks.app import EXECUTE, PROJECT, create_app
 from tests import otel
@@ -51,9 +51,7 @@ def spans_of(exporter: otel.InMemorySpanExporter, call_id: str, count: int) -> l
     deadline = time.monotonic() + SPANS_WAIT_S
     while True:
         found = [
-            s
-            for s in exporter.get_finished_spans()
-            if (s.attributes or {}).get(tm.CALL_ID) == call_id
+            s for s in exporter.get_finished_spans() if (s.attributes or {}).get(CALL_ID) == call_id
         ]
         if len(found) >= count or time.monotonic() > deadline:
             return found
@@ -244,3 +242,26 @@ def test_with_the_celery_instrumentation_our_spans_nest_under_its_task_spans(
         parent = every[span.parent.span_id]
         assert parent.name == f"run/{task}"
         assert parent.context.trace_id == trace_id
+
+
+def test_calls_are_counted_through_the_opentelemetry_metrics_api(
+    celery_boundary: ToolBoundary, spans: otel.InMemorySpanExporter
+) -> None:
+    ready = {"tool": "lookup", "status": "READY", "code": ""}
+    failed = {"tool": "boom", "status": "ERROR", "code": "TOOL_EXECUTION_FAILED"}
+    refused = {"tool": "", "status": "ERROR", "code": "UNKNOWN_TOOL"}
+    before = [otel.count("tool_boundary.calls", **labels) for labels in (ready, failed, refused)]
+    executed_before = otel.count("gen_ai.execute_tool.duration", tool="lookup", code="")
+
+    # When two calls succeed, one fails and one is refused
+    call(celery_boundary, "counted-1", "lookup", {"query": "one"})
+    call(celery_boundary, "counted-2", "lookup", {"query": "two"})
+    call(celery_boundary, "counted-3", "boom", {"query": "three"})
+    call(celery_boundary, "counted-4", "made_up_tool", {"query": "four"})
+    for call_id in ("counted-1", "counted-2", "counted-3"):
+        spans_of(spans, call_id, 3)  # the project step has ended, its figures are in
+
+    # Then the counter and the GenAI duration histogram have them by tool and code
+    after = [otel.count("tool_boundary.calls", **labels) for labels in (ready, failed, refused)]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [2, 1, 1]
+    assert otel.count("gen_ai.execute_tool.duration", tool="lookup", code="") - executed_before == 2

@@ -3,7 +3,9 @@ exports its spans to a file, and serves ``/metrics``."""
 
 from __future__ import annotations
 
+import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,9 @@ import pytest
 import redis
 from celery import Celery
 from opentelemetry import trace
+from prometheus_client.parser import text_string_to_metric_families
 
-from boundary import ToolBoundary, ToolCallEnvelope
+from boundary import RunContext, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
 from tasks.app import create_app
 from tasks.runtime import get_runtime
@@ -92,3 +95,102 @@ def test_a_worker_process_continues_the_callers_trace(
         assert span["context"]["trace_id"] == trace_id
         assert span["parent_id"] == submit_id
     assert spans["execute_tool lookup"]["attributes"]["gen_ai.operation.name"] == "execute_tool"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_a_prefork_worker_serves_the_counts_of_its_children_by_tool_and_code(
+    isolated: tuple[Any, Celery, ToolBoundary], tmp_path: Path
+) -> None:
+    # Given a prefork worker with two children serving /metrics
+    settings, _, boundary = isolated
+    port = free_port()
+    env = {"TOOL_BOUNDARY_METRICS_PORT": str(port)}
+    run = RunContext(run_id="metrics-run", authorized_tools=RUN.authorized_tools)
+    calls = [("lookup", 14), ("boom", 4), ("invalid_evidence", 2)]
+    with celery_process(
+        settings,
+        *worker_args("metrics", pool="prefork", concurrency=2),
+        log=tmp_path / "w.log",
+        extra_env=env,
+    ):
+        # When 20 calls run
+        n = 0
+        for tool, count in calls:
+            for _ in range(count):
+                n += 1
+                envelope = ToolCallEnvelope(
+                    run_id=run.run_id,
+                    tool_call_id=f"m-{n}",
+                    tool_name=tool,
+                    arguments={"query": "epsilon"},
+                )
+                outcome = boundary.invoke(envelope, run, timeout=30)
+                assert not outcome.pending
+        # (the project task's figures are written just after the seal wakes the caller)
+        deadline = time.monotonic() + 30
+        while True:
+            text = scrape(port)
+            found = samples(text)
+            projected = sum(
+                v
+                for (name, _), v in found.items()
+                if name == "tool_boundary_project_duration_seconds_count"
+            )
+            if projected >= 20 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        # and two calls still run (the PROJECTING gauge is read from the store when scraped)
+        for n in (1, 2):
+            started = tmp_path / f"started-{n}"
+            envelope = ToolCallEnvelope(
+                run_id=run.run_id,
+                tool_call_id=f"s-{n}",
+                tool_name="sleepy",
+                arguments={"seconds": 3, "started": str(started)},
+            )
+            assert boundary.submit(envelope, run).accepted
+        while not all((tmp_path / f"started-{n}").exists() for n in (1, 2)):
+            assert time.monotonic() < deadline + 30, "the sleepy calls never started"
+            time.sleep(0.05)
+        running = samples(scrape(port))[("tool_boundary_projecting_calls", frozenset())]
+
+    # Then /metrics counts the calls by tool, status and code, from both children
+    def value(name: str, **labels: str) -> float | None:
+        return found.get((name, frozenset(labels.items())))
+
+    calls_total = "tool_boundary_calls_total"
+    assert value(calls_total, tool="lookup", status="READY", code="") == 14
+    assert value(calls_total, tool="boom", status="ERROR", code="TOOL_EXECUTION_FAILED") == 4
+    assert (
+        value(calls_total, tool="invalid_evidence", status="ERROR", code="INVALID_EVIDENCE_STATUS")
+        == 2
+    )
+    duration = "gen_ai_execute_tool_duration_seconds_count"
+    assert value(duration, tool="lookup", code="") == 14
+    assert value(duration, tool="boom", code="TOOL_EXECUTION_FAILED") == 4
+    assert value("tool_boundary_queue_wait_seconds_count", tool="lookup") == 14
+    assert value("tool_boundary_project_duration_seconds_count", tool="boom") == 4
+    ended = "tool_boundary_call_duration_seconds_count"
+    assert value(ended, tool="lookup", status="READY", code="") == 14
+    assert value("tool_boundary_projecting_calls") == 0
+    assert running == 2
+    # and never a run or call id
+    assert "metrics-run" not in text and "m-1" not in text

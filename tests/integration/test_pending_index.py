@@ -157,3 +157,20 @@ def test_a_new_index_made_by_the_cluster_pipeline_expires(
     store._index_run("r-1")
     # Then the new index has the store's TTL (no immortal key)
     assert 0 < redis_client.pttl(keys.PENDING_RUNS) <= int(store.ttl_s * 1000)
+
+
+def test_calls_projecting_are_counted_from_the_index_without_a_scan(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    # Given three runs with five calls PROJECTING between them
+    for run_id, calls in (("gauge-a", 3), ("gauge-b", 1), ("gauge-c", 1)):
+        for n in range(calls):
+            create_projecting(store, f"c{n}", run_id=run_id)
+    scans = _scans(redis_client)
+    assert store.count_projecting() == 5
+    # When two are sealed, they are no longer counted
+    store.seal_error(key_of("c0", "gauge-a"), ErrorCode.TOOL_TIMEOUT)
+    store.seal_error(key_of("c0", "gauge-b"), ErrorCode.TOOL_TIMEOUT)
+    assert store.count_projecting() == 3
+    # Then nothing was scanned
+    assert _scans(redis_client) == scans

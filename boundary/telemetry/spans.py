@@ -1,25 +1,5 @@
-"""Traces and metrics of tool calls, in the OpenTelemetry GenAI conventions.
-
-Every span name, metric name and attribute the boundary emits is defined here; the rest of
-the code calls in with one or two lines. Only ``opentelemetry-api`` is imported: without an
-SDK every call below is a no-op of a few microseconds (measured in bench/README.md).
-
-What a call looks like in a trace (all in the caller's trace):
-
-- ``tool_boundary.submit {tool}`` (PRODUCER), in the caller, child of its current span:
-  preflight, the record's creation and the dispatch. A refused call ends here, with
-  ``error.type`` = its code.
-- ``execute_tool {tool}`` (INTERNAL, ``gen_ai.operation.name = execute_tool``), in the worker:
-  the execute step. Its parent travels in the Celery message headers (W3C ``traceparent``,
-  the same header ``opentelemetry-instrumentation-celery`` uses). When that instrumentation
-  runs, its ``run/<task>`` span is current in the task and ours nests under it instead.
-- ``tool_boundary.project {tool}`` (INTERNAL), in the worker: the project step and the seal.
-
-Nothing of a call's content is ever recorded: no arguments, raw response, result, exception
-text or URL; only ids, the tool's registered name, statuses, codes and counts. Exceptions
-are not recorded on spans (their text may hold secrets). Metric labels are tool names,
-statuses and codes only, never run or call ids (cardinality).
-"""
+"""Spans of a call: ``tool_boundary.submit`` in the caller, ``execute_tool`` and
+``tool_boundary.project`` in the worker, one trace through the message headers."""
 
 from __future__ import annotations
 
@@ -31,7 +11,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
 
-from opentelemetry import metrics, propagate, trace
+from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -45,179 +25,34 @@ from boundary.models import (
     ToolOutcome,
     is_safe_id,
 )
+from boundary.telemetry.metrics import record
+from boundary.telemetry.names import (
+    ATTEMPT,
+    CALL_DURATION,
+    CALL_ID,
+    CALLS,
+    ERROR_TYPE,
+    EVIDENCE,
+    EXECUTE,
+    EXECUTE_DURATION,
+    EXECUTE_SPAN,
+    EXECUTE_TOOL,
+    OPERATION,
+    PROJECT,
+    PROJECT_DURATION,
+    PROJECT_SPAN,
+    QUEUE_WAIT,
+    RUN_ID,
+    SCOPE,
+    STATUS,
+    SUBMIT_SPAN,
+    TOOL_NAME,
+)
 
 if TYPE_CHECKING:
     from boundary.registry import ToolRegistry
 
-__all__ = [
-    "METRICS",
-    "Metric",
-    "WorkerStep",
-    "trace_headers",
-    "traced_asubmit",
-    "traced_submit",
-    "worker_step",
-]
-
-#: The instrumentation scope of every span and metric.
-SCOPE = "tool_boundary"
-
-# --- Span names ---------------------------------------------------------------------------
-#: GenAI: ``execute_tool {gen_ai.tool.name}``.
-EXECUTE_SPAN = "execute_tool"
-SUBMIT_SPAN = "tool_boundary.submit"
-PROJECT_SPAN = "tool_boundary.project"
-
-# --- Attributes ---------------------------------------------------------------------------
-OPERATION = "gen_ai.operation.name"
-EXECUTE_TOOL = "execute_tool"
-TOOL_NAME = "gen_ai.tool.name"
-CALL_ID = "gen_ai.tool.call.id"
-ERROR_TYPE = "error.type"
-RUN_ID = "tool_boundary.run_id"
-STATUS = "tool_boundary.status"
-ATTEMPT = "tool_boundary.attempt"
-EVIDENCE = "tool_boundary.evidence_status"
-
-# --- Metric label keys (the same in OpenTelemetry and Prometheus) ---------------------------
-TOOL, CALL_STATUS, CODE = "tool", "status", "code"
-
-#: The worker steps.
-EXECUTE, PROJECT = "execute", "project"
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One metric: its OpenTelemetry instrument and its Prometheus name."""
-
-    name: str
-    prometheus: str
-    kind: str  # "counter" | "histogram" | "gauge"
-    unit: str
-    description: str
-    labels: tuple[str, ...] = ()
-
-
-CALLS = Metric(
-    "tool_boundary.calls",
-    "tool_boundary_calls_total",
-    "counter",
-    "{call}",
-    "Calls ended (sealed or refused), by tool, status and error code",
-    (TOOL, CALL_STATUS, CODE),
-)
-EXECUTE_DURATION = Metric(
-    "gen_ai.execute_tool.duration",
-    "gen_ai_execute_tool_duration_seconds",
-    "histogram",
-    "s",
-    "Time the tool ran in the execute step (GenAI execute_tool)",
-    (TOOL, CODE),
-)
-QUEUE_WAIT = Metric(
-    "tool_boundary.queue_wait.duration",
-    "tool_boundary_queue_wait_seconds",
-    "histogram",
-    "s",
-    "From the record's creation to its tool starting (first attempt)",
-    (TOOL,),
-)
-PROJECT_DURATION = Metric(
-    "tool_boundary.project.duration",
-    "tool_boundary_project_duration_seconds",
-    "histogram",
-    "s",
-    "Time of the project step (projector and seal)",
-    (TOOL,),
-)
-CALL_DURATION = Metric(
-    "tool_boundary.call.duration",
-    "tool_boundary_call_duration_seconds",
-    "histogram",
-    "s",
-    "From the record's creation to its seal, end to end",
-    (TOOL, CALL_STATUS, CODE),
-)
-REAPER_SEALS = Metric(
-    "tool_boundary.reaper.seals",
-    "tool_boundary_reaper_seals_total",
-    "counter",
-    "{call}",
-    "Calls the reaper sealed WORKER_LOST",
-)
-REAPER_REPROJECTIONS = Metric(
-    "tool_boundary.reaper.reprojections",
-    "tool_boundary_reaper_reprojections_total",
-    "counter",
-    "{call}",
-    "Project steps the reaper sent again",
-)
-PROJECTING = Metric(
-    "tool_boundary.projecting",
-    "tool_boundary_projecting_calls",
-    "gauge",
-    "{call}",
-    "Calls PROJECTING now (from the pending-runs index)",
-)
-HEARTBEAT_LAG = Metric(
-    "tool_boundary.heartbeat.lag",
-    "tool_boundary_heartbeat_lag_seconds",
-    "gauge",
-    "s",
-    "Longest time since a running call's last heartbeat (or start)",
-)
-
-#: Every metric, by OpenTelemetry name.
-METRICS: dict[str, Metric] = {
-    m.name: m
-    for m in (
-        CALLS,
-        EXECUTE_DURATION,
-        QUEUE_WAIT,
-        PROJECT_DURATION,
-        CALL_DURATION,
-        REAPER_SEALS,
-        REAPER_REPROJECTIONS,
-        PROJECTING,
-        HEARTBEAT_LAG,
-    )
-}
-
-
-class MetricSink(Protocol):
-    """A second place recorded values go (the worker's Prometheus endpoint, ``tasks``)."""
-
-    def record(self, metric: Metric, value: float, labels: Mapping[str, str]) -> None: ...
-
-
 _tracer = trace.get_tracer(SCOPE)
-_meter = metrics.get_meter(SCOPE)
-_counters = {
-    m.name: _meter.create_counter(m.name, unit=m.unit, description=m.description)
-    for m in METRICS.values()
-    if m.kind == "counter"
-}
-_histograms = {
-    m.name: _meter.create_histogram(m.name, unit=m.unit, description=m.description)
-    for m in METRICS.values()
-    if m.kind == "histogram"
-}
-_sinks: list[MetricSink] = []
-
-
-def add_sink(sink: MetricSink) -> None:
-    """Sends every counter and histogram value to ``sink`` too (in this process)."""
-    _sinks.append(sink)
-
-
-def record(metric: Metric, value: float, **labels: str) -> None:
-    """Adds to a counter or records into a histogram; labels must be ``metric.labels``."""
-    if metric.kind == "counter":
-        _counters[metric.name].add(value, labels)
-    else:
-        _histograms[metric.name].record(value, labels)
-    for sink in _sinks:
-        sink.record(metric, value, labels)
 
 
 # --- Context propagation ------------------------------------------------------------------

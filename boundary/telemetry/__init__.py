@@ -1,0 +1,68 @@
+"""Traces and metrics of tool calls, in the OpenTelemetry GenAI conventions.
+
+Every span name, metric name and attribute the boundary emits is defined in
+``boundary.telemetry.names``; the rest of the code calls in here with one or two lines. Only
+``opentelemetry-api`` is imported: without an SDK every call is a no-op of a few microseconds
+(measured in bench/README.md).
+
+What a call looks like in a trace (all in the caller's trace):
+
+- ``tool_boundary.submit {tool}`` (PRODUCER), in the caller, child of its current span:
+  preflight, the record's creation and the dispatch. A refused call ends here, with
+  ``error.type`` = its code.
+- ``execute_tool {tool}`` (INTERNAL, ``gen_ai.operation.name = execute_tool``), in the worker:
+  the execute step. Its parent travels in the Celery message headers (W3C ``traceparent``,
+  the same header ``opentelemetry-instrumentation-celery`` uses). When that instrumentation
+  runs, its ``run/<task>`` span is current in the task and ours nests under it instead.
+- ``tool_boundary.project {tool}`` (INTERNAL), in the worker: the project step and the seal.
+
+Nothing of a call's content is ever recorded: no arguments, raw response, result, exception
+text or URL; only ids, the tool's registered name, statuses, codes and counts. Exceptions
+are not recorded on spans (their text may hold secrets). Metric labels are tool names,
+statuses and codes only, never run or call ids (cardinality).
+"""
+
+from boundary.telemetry.metrics import (
+    MetricSink,
+    add_sink,
+    read_gauges,
+    reaped,
+    record,
+    set_gauge_source,
+)
+from boundary.telemetry.names import EXECUTE, METRICS, PROJECT, PROJECTING, SECONDS_BUCKETS, Metric
+from boundary.telemetry.spans import (
+    WorkerStep,
+    sealed,
+    step_record,
+    stored,
+    tool_starts,
+    trace_headers,
+    traced_asubmit,
+    traced_submit,
+    worker_step,
+)
+
+__all__ = [
+    "EXECUTE",
+    "METRICS",
+    "PROJECT",
+    "PROJECTING",
+    "SECONDS_BUCKETS",
+    "Metric",
+    "MetricSink",
+    "WorkerStep",
+    "add_sink",
+    "read_gauges",
+    "reaped",
+    "record",
+    "sealed",
+    "set_gauge_source",
+    "step_record",
+    "stored",
+    "tool_starts",
+    "trace_headers",
+    "traced_asubmit",
+    "traced_submit",
+    "worker_step",
+]

@@ -1,0 +1,106 @@
+"""Recording the metrics: the OpenTelemetry metrics API (a no-op without an SDK), plus any
+sink a process adds (the worker's Prometheus endpoint, ``tasks.metrics_endpoint``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from boundary.telemetry.names import (
+    METRICS,
+    REAPER_REPROJECTIONS,
+    REAPER_SEALS,
+    SCOPE,
+    SECONDS_BUCKETS,
+    Metric,
+)
+
+
+class MetricSink(Protocol):
+    """A second place recorded values go (the worker's Prometheus endpoint, ``tasks``)."""
+
+    def record(self, metric: Metric, value: float, labels: Mapping[str, str]) -> None: ...
+
+
+#: What the gauges read when observed (``set_gauge_source``): metric name -> value.
+GaugeSource = Callable[[], Mapping[str, float]]
+_gauge_source: GaugeSource | None = None
+
+
+def set_gauge_source(source: GaugeSource | None) -> None:
+    """Where this process's gauges (``PROJECTING``, ``HEARTBEAT_LAG``) come from when read:
+    a worker reads them from its store. Without a source they report nothing."""
+    global _gauge_source
+    _gauge_source = source
+
+
+def read_gauges() -> Mapping[str, float]:
+    """The gauges' values now; empty without a source or when the source fails."""
+    source = _gauge_source
+    if source is None:
+        return {}
+    try:
+        return source()
+    except Exception:
+        # A scrape must not fail (nor log a URL) because the store did not answer.
+        return {}
+
+
+def _observe(metric: Metric) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    def observe(_: CallbackOptions) -> Iterable[Observation]:
+        value = read_gauges().get(metric.name)
+        return [] if value is None else [Observation(value)]
+
+    return observe
+
+
+_meter = metrics.get_meter(SCOPE)
+_counters = {
+    m.name: _meter.create_counter(m.name, unit=m.unit, description=m.description)
+    for m in METRICS.values()
+    if m.kind == "counter"
+}
+_histograms = {
+    m.name: _meter.create_histogram(
+        m.name,
+        unit=m.unit,
+        description=m.description,
+        explicit_bucket_boundaries_advisory=list(SECONDS_BUCKETS),
+    )
+    for m in METRICS.values()
+    if m.kind == "histogram"
+}
+_gauges = [
+    _meter.create_observable_gauge(
+        m.name, callbacks=[_observe(m)], unit=m.unit, description=m.description
+    )
+    for m in METRICS.values()
+    if m.kind == "gauge"
+]
+_sinks: list[MetricSink] = []
+
+
+def add_sink(sink: MetricSink) -> None:
+    """Sends every counter and histogram value to ``sink`` too (in this process)."""
+    _sinks.append(sink)
+
+
+def record(metric: Metric, value: float, **labels: str) -> None:
+    """Adds to a counter or records into a histogram; labels must be ``metric.labels``."""
+    if metric.kind == "counter":
+        _counters[metric.name].add(value, labels)
+    else:
+        _histograms[metric.name].record(value, labels)
+    for sink in _sinks:
+        sink.record(metric, value, labels)
+
+
+def reaped(*, sealed: int, reprojected: int) -> None:
+    """One reaper pass: calls it sealed WORKER_LOST and project steps it sent again."""
+    if sealed:
+        record(REAPER_SEALS, sealed)
+    if reprojected:
+        record(REAPER_REPROJECTIONS, reprojected)
