@@ -27,6 +27,7 @@ from tasks.metrics_endpoint import MetricsEndpoint as MetricsEndpoint  # noqa: E
 from tasks.runs import project_run as project_run  # noqa: E402
 from tasks.runs import project_runs as project_runs  # noqa: E402
 from tasks.runtime import exit_on_invalid_settings  # noqa: E402
+from tasks.trace_logs import TraceIds as TraceIds  # noqa: E402
 
 if "celery.bin.celery" in sys.modules:
     # Loaded by the ``celery`` command (worker, beat, flower): a bad setting ends it here, as

@@ -63,23 +63,25 @@ def test_a_worker_process_continues_the_callers_trace(
     span_file = tmp_path / "spans.jsonl"
     env = {"TOOL_BOUNDARY_TOOLS": "tests.otel_tools:registry", "TB_TEST_SPAN_FILE": str(span_file)}
     otel.install()
+    log = tmp_path / "w.log"
     with celery_process(
         settings,
         *worker_args("otel", pool="prefork", concurrency=2),
-        log=tmp_path / "w.log",
+        log=log,
         extra_env=env,
     ):
-        # When an agent turn calls a tool
+        # When an agent turn calls a tool, and another that fails
         with trace.get_tracer("agent").start_as_current_span("agent turn") as turn:
-            envelope = ToolCallEnvelope(
-                run_id=RUN.run_id,
-                tool_call_id="xproc-1",
-                tool_name="lookup",
-                arguments={"query": "delta"},
-            )
-            outcome = boundary.invoke(envelope, RUN, timeout=30)
-        assert outcome.status.value == "READY", outcome.error_code
+            for call_id, tool in (("xproc-1", "lookup"), ("xproc-2", "boom")):
+                envelope = ToolCallEnvelope(
+                    run_id=RUN.run_id,
+                    tool_call_id=call_id,
+                    tool_name=tool,
+                    arguments={"query": "delta"},
+                )
+                boundary.invoke(envelope, RUN, timeout=30)
         spans = {s["name"]: s for s in worker_spans(span_file, "xproc-1", 2)}
+        failed = {s["name"]: s for s in worker_spans(span_file, "xproc-2", 2)}
 
     # Then the worker's execute and project spans are in the turn's trace, children of the
     # caller's submit span
@@ -95,6 +97,13 @@ def test_a_worker_process_continues_the_callers_trace(
         assert span["context"]["trace_id"] == trace_id
         assert span["parent_id"] == submit_id
     assert spans["execute_tool lookup"]["attributes"]["gen_ai.operation.name"] == "execute_tool"
+    assert spans["tool_boundary.project lookup"]["attributes"]["tool_boundary.status"] == "READY"
+    # and the worker's log line of the failed call carries its trace and span ids
+    execute = failed["execute_tool boom"]
+    assert execute["attributes"]["error.type"] == "TOOL_EXECUTION_FAILED"
+    (line,) = [x for x in log.read_text().splitlines() if "xproc-2 sealed ERROR" in x]
+    assert f"trace_id={trace_id[2:]}" in line
+    assert f"span_id={execute['context']['span_id'][2:]}" in line
 
 
 def free_port() -> int:
