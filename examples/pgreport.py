@@ -251,10 +251,14 @@ def cancel_statement(conn: Any) -> None:
     """
     import psycopg
 
+    if conn.closed:
+        return  # the session is gone, and its statement with it
     try:
         conn.cancel_safe(timeout=CONNECT_TIMEOUT_S)
         return
     except Exception:
+        if conn.closed:
+            return
         logger.warning("cancel request not sent; trying pg_cancel_backend")
     try:
         pid = conn.info.backend_pid
@@ -262,6 +266,25 @@ def cancel_statement(conn: Any) -> None:
             other.execute("SELECT pg_cancel_backend(%s)", (pid,))
     except Exception:
         logger.warning("could not cancel a report statement on the server")
+
+
+def _connect(deadline: float) -> Any:
+    """A session of the report database that refuses writes, named in pg_stat_activity."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        dsn = _dsn()
+        # The session refuses writes too, whatever a transaction says; the DSN's own
+        # options (a search_path, say) are kept.
+        options = conninfo_to_dict(dsn).get("options") or ""
+        return psycopg.connect(
+            make_conninfo(dsn, options=f"{options} -c default_transaction_read_only=on".strip()),
+            connect_timeout=max(2, min(CONNECT_TIMEOUT_S, int(_time_left(deadline)))),
+            application_name=APPLICATION_NAME,
+        )
+    except psycopg.Error:
+        raise ReportFailed("CONNECT_FAILED") from None
 
 
 def _dsn() -> str:
@@ -359,16 +382,7 @@ def run_report(
     call = current_call()
     deadline = time.monotonic() + (call.time_left_s if call is not None else time_limit_s)
     _time_left(deadline)
-    try:
-        conn = psycopg.connect(
-            _dsn(),
-            connect_timeout=max(2, min(CONNECT_TIMEOUT_S, int(_time_left(deadline)))),
-            application_name=APPLICATION_NAME,
-            # The session refuses writes too, whatever the transaction says.
-            options="-c default_transaction_read_only=on",
-        )
-    except psycopg.Error:
-        raise ReportFailed("CONNECT_FAILED") from None
+    conn = _connect(deadline)
     try:
         with _Watchdog(conn) as watchdog:
             try:

@@ -28,6 +28,15 @@ TEST_REPORTS = {
             required=("row_s",),
         ),
         pgreport.Report(
+            name="session_settings",
+            description="The settings the tool's transaction runs under.",
+            sql=(
+                "SELECT current_setting('transaction_read_only') AS read_only,"
+                " current_setting('statement_timeout') AS statement_timeout,"
+                " current_setting('work_mem') AS work_mem"
+            ),
+        ),
+        pgreport.Report(
             name="write_one",
             description="Calls a function that writes.",
             sql="SELECT write_one() AS n",

@@ -129,6 +129,21 @@ def test_a_report_that_writes_is_refused_by_the_read_only_transaction(
     assert table_rows(dsn, "written") == 0
 
 
+def test_the_transaction_is_read_only_and_time_bounded_and_keeps_the_dsn_options(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a DSN with options of its own
+    monkeypatch.setenv(pgreport.DSN_ENV, f"{dsn} options='-c work_mem=1234kB'")
+    # When a report shows the settings it runs under
+    raw = pgreport.run_report({"report": "session_settings"}, ALL_REPORTS, time_limit_s=30)
+    [[read_only, statement_timeout, work_mem]] = raw["rows"]
+    # Then its transaction is read-only, its statements end before the time limit, and the
+    # DSN's own options hold
+    assert read_only == "on"
+    assert statement_timeout not in ("0", "30s"), statement_timeout
+    assert work_mem == "1234kB"
+
+
 def test_the_dsn_never_reaches_an_outcome_a_record_or_a_log(
     store: RedisCanonicalStore,
     redis_client: redis.Redis,
