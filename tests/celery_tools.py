@@ -151,6 +151,25 @@ def crowd(arguments: dict[str, Any]) -> dict[str, Any]:
     return {"hits": [{"id": f"crowd-{arguments.get('n', 0)}" if met else "alone"}]}
 
 
+def counted(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Appends a line (its process id) to the file ``log`` names, so a test counts how often
+    it ran across processes; with ``hold`` it then waits for ``HELD`` (at most 8 s)."""
+    with open(arguments["log"], "a", encoding="utf-8") as log:
+        log.write(f"{os.getpid()}\n")
+    if arguments.get("hold"):
+        HELD.wait(timeout=8.0)
+    return {"hits": [{"id": f"counted-{arguments.get('n', 0)}"}]}
+
+
+def runs_of(log: str) -> int:
+    """How often ``counted`` ran for the file ``log``."""
+    try:
+        with open(log, encoding="utf-8") as lines:
+            return sum(1 for _ in lines)
+    except FileNotFoundError:
+        return 0
+
+
 def huge_raw(arguments: dict[str, Any]) -> dict[str, Any]:
     return {"blob": "y" * (int(arguments.get("bytes", 2_000_000)))}
 
@@ -209,6 +228,7 @@ def build_registry() -> ToolRegistry:
             spec("sleepy", sleepy, timeout_s=8.0),
             spec("held", held, timeout_s=9.0),
             spec("crowd", crowd, timeout_s=9.0),
+            spec("counted", counted, timeout_s=9.0),
             spec("leaky", leaky, SecretFreeProjector()),
             spec("writer", lookup, read_only=False),
             spec("suicide", suicide),

@@ -36,11 +36,21 @@ def outcome_text(outcome: ToolOutcome) -> str:
 
 
 def run_calls(
-    handle: RunBoundary, calls: Sequence[Call], timeout: float | None = None
+    handle: RunBoundary,
+    calls: Sequence[Call],
+    timeout: float | None = None,
+    *,
+    replay: bool = False,
 ) -> list[ToolOutcome]:
     """Runs a model turn's calls side by side: submits them all, then waits for each within
-    one shared ``timeout`` (a call still running then is a PROJECTING outcome)."""
-    submissions = [handle.submit(c.tool_call_id, c.tool_name, c.arguments) for c in calls]
+    one shared ``timeout`` (a call still running then is a PROJECTING outcome).
+
+    ``replay=True`` (an agent resumed from a checkpoint): a call already made under its id
+    with the same tool and arguments gets the first call's outcome, not ``DUPLICATE_TOOL_CALL``.
+    """
+    submissions = [
+        handle.submit(c.tool_call_id, c.tool_name, c.arguments, replay=replay) for c in calls
+    ]
     give_up = time.monotonic() + (handle.timeout if timeout is None else timeout)
     outcomes: list[ToolOutcome] = []
     for call, submission in zip(calls, submissions, strict=True):
@@ -53,13 +63,19 @@ def run_calls(
 
 
 async def arun_calls(
-    handle: RunBoundary, calls: Sequence[Call], timeout: float | None = None
+    handle: RunBoundary,
+    calls: Sequence[Call],
+    timeout: float | None = None,
+    *,
+    replay: bool = False,
 ) -> list[ToolOutcome]:
     """``run_calls`` for an event loop: the calls run concurrently, the loop stays free."""
     return list(
         await asyncio.gather(
             *(
-                handle.acall(c.tool_call_id, c.tool_name, c.arguments, timeout=timeout)
+                handle.acall(
+                    c.tool_call_id, c.tool_name, c.arguments, timeout=timeout, replay=replay
+                )
                 for c in calls
             )
         )

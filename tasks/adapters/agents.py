@@ -24,23 +24,29 @@ from boundary import RunBoundary
 from tasks.adapters._common import Call, arun_calls, outcome_text
 
 
-def agent_tools(handle: RunBoundary) -> list[FunctionTool]:
-    """The run's tools as Agents SDK function tools (schemas as declared, not ``strict``)."""
+def agent_tools(handle: RunBoundary, *, replay: bool = False) -> list[FunctionTool]:
+    """The run's tools as Agents SDK function tools (schemas as declared, not ``strict``).
+
+    ``replay=True``: a call already made under its ``tool_call_id`` with the same tool and
+    arguments (a run resumed from a saved ``RunState``) gets the first call's output; the
+    tool is not run again."""
     return [
         FunctionTool(
             name=spec.name,
             description=spec.description,
             params_json_schema=spec.arguments_schema,
-            on_invoke_tool=_invoker(handle, spec.name),
+            on_invoke_tool=_invoker(handle, spec.name, replay),
             strict_json_schema=False,
         )
         for spec in handle.tools()
     ]
 
 
-def _invoker(handle: RunBoundary, name: str) -> Callable[[ToolContext[Any], str], Awaitable[str]]:
+def _invoker(
+    handle: RunBoundary, name: str, replay: bool
+) -> Callable[[ToolContext[Any], str], Awaitable[str]]:
     async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
         call = Call(ctx.tool_call_id, name, arguments)
-        return outcome_text((await arun_calls(handle, [call]))[0])
+        return outcome_text((await arun_calls(handle, [call], replay=replay))[0])
 
     return invoke

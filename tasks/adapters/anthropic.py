@@ -50,17 +50,18 @@ def _results(calls: list[Call], outcomes: list[ToolOutcome]) -> dict[str, Any]:
 
 
 def tool_results(
-    handle: RunBoundary, message: Any, *, timeout: float | None = None
+    handle: RunBoundary, message: Any, *, timeout: float | None = None, replay: bool = False
 ) -> dict[str, Any]:
     """Runs a reply's ``tool_use`` blocks (side by side) and returns the ``user`` message
-    holding one ``tool_result`` per block, in order."""
+    holding one ``tool_result`` per block, in order. ``replay=True``: a block already run
+    (same id, tool and input; a resumed agent) gets its first result, and nothing runs twice."""
     calls = _tool_uses(message)
-    return _results(calls, run_calls(handle, calls, timeout))
+    return _results(calls, run_calls(handle, calls, timeout, replay=replay))
 
 
 async def atool_results(
-    handle: RunBoundary, message: Any, *, timeout: float | None = None
+    handle: RunBoundary, message: Any, *, timeout: float | None = None, replay: bool = False
 ) -> dict[str, Any]:
     """``tool_results`` for an event loop (``AsyncAnthropic``)."""
     calls = _tool_uses(message)
-    return _results(calls, await arun_calls(handle, calls, timeout))
+    return _results(calls, await arun_calls(handle, calls, timeout, replay=replay))

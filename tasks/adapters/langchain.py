@@ -34,6 +34,9 @@ class BoundaryTool(BaseTool):
 
     handle: SkipValidation[RunBoundary]
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
+    #: A call already made under its id with the same arguments (a graph resumed from its
+    #: checkpoint re-runs the tool node) gets the first call's outcome, not a duplicate error.
+    replay: bool = False
 
     def invoke(
         self,
@@ -45,7 +48,7 @@ class BoundaryTool(BaseTool):
         under its id. Plain arguments carry no id: the boundary refuses them (it never makes
         one up) and the text of that refusal is returned."""
         call = self._call(input)
-        return self._answer(call, run_calls(self.handle, [call])[0])
+        return self._answer(call, run_calls(self.handle, [call], replay=self.replay)[0])
 
     async def ainvoke(
         self,
@@ -54,7 +57,7 @@ class BoundaryTool(BaseTool):
         **kwargs: Any,
     ) -> Any:
         call = self._call(input)
-        return self._answer(call, (await arun_calls(self.handle, [call]))[0])
+        return self._answer(call, (await arun_calls(self.handle, [call], replay=self.replay))[0])
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         # ``tool.run(args)`` has no tool call id: refused by preflight, never made up.
@@ -81,21 +84,27 @@ class BoundaryTool(BaseTool):
         )
 
 
-def langchain_tools(handle: RunBoundary) -> list[BaseTool]:
-    """The run's tools as LangChain tools (for ``bind_tools`` and ``ToolNode``)."""
+def langchain_tools(handle: RunBoundary, *, replay: bool = False) -> list[BaseTool]:
+    """The run's tools as LangChain tools (for ``bind_tools`` and ``ToolNode``).
+
+    ``replay=True`` for a graph with a checkpointer: a resumed graph runs its tool node again
+    with the same tool call ids, and each call made before gets its first outcome (the tool
+    does not run twice); the same id with other arguments is still a conflict."""
     return [
         BoundaryTool(
             name=spec.name,
             description=spec.description or spec.name,
             args_schema=spec.arguments_schema,
             handle=handle,
+            replay=replay,
         )
         for spec in handle.tools()
     ]
 
 
-def tool_node(handle: RunBoundary, **options: Any) -> Any:
-    """A LangGraph ``ToolNode`` over ``langchain_tools(handle)``; ``options`` go to it."""
+def tool_node(handle: RunBoundary, *, replay: bool = False, **options: Any) -> Any:
+    """A LangGraph ``ToolNode`` over ``langchain_tools(handle, replay=replay)``; ``options``
+    go to it."""
     from langgraph.prebuilt import ToolNode
 
-    return ToolNode(langchain_tools(handle), **options)
+    return ToolNode(langchain_tools(handle, replay=replay), **options)

@@ -69,20 +69,21 @@ def _chat_messages(calls: list[Call], outcomes: list[Any]) -> list[dict[str, Any
 
 
 def chat_tool_messages(
-    handle: RunBoundary, message: Any, *, timeout: float | None = None
+    handle: RunBoundary, message: Any, *, timeout: float | None = None, replay: bool = False
 ) -> list[dict[str, Any]]:
     """Runs an assistant message's ``tool_calls`` (side by side) and returns one
-    ``role: tool`` message per call, in order, each under its call's id."""
+    ``role: tool`` message per call, in order, each under its call's id. ``replay=True``: a
+    call already run (same id, tool and arguments; a resumed agent) gets its first answer."""
     calls = _chat_calls(message)
-    return _chat_messages(calls, run_calls(handle, calls, timeout))
+    return _chat_messages(calls, run_calls(handle, calls, timeout, replay=replay))
 
 
 async def achat_tool_messages(
-    handle: RunBoundary, message: Any, *, timeout: float | None = None
+    handle: RunBoundary, message: Any, *, timeout: float | None = None, replay: bool = False
 ) -> list[dict[str, Any]]:
     """``chat_tool_messages`` for an event loop (``AsyncOpenAI``)."""
     calls = _chat_calls(message)
-    return _chat_messages(calls, await arun_calls(handle, calls, timeout))
+    return _chat_messages(calls, await arun_calls(handle, calls, timeout, replay=replay))
 
 
 def _function_calls(output: Any) -> list[Call]:
@@ -106,17 +107,18 @@ def _outputs(calls: list[Call], outcomes: list[Any]) -> list[dict[str, Any]]:
 
 
 def function_call_outputs(
-    handle: RunBoundary, output: Any, *, timeout: float | None = None
+    handle: RunBoundary, output: Any, *, timeout: float | None = None, replay: bool = False
 ) -> list[dict[str, Any]]:
     """Runs the ``function_call`` items of a response (or of its ``output`` list) and
-    returns one ``function_call_output`` item per call, under its ``call_id``."""
+    returns one ``function_call_output`` item per call, under its ``call_id`` (``replay``:
+    as ``chat_tool_messages``)."""
     calls = _function_calls(output)
-    return _outputs(calls, run_calls(handle, calls, timeout))
+    return _outputs(calls, run_calls(handle, calls, timeout, replay=replay))
 
 
 async def afunction_call_outputs(
-    handle: RunBoundary, output: Any, *, timeout: float | None = None
+    handle: RunBoundary, output: Any, *, timeout: float | None = None, replay: bool = False
 ) -> list[dict[str, Any]]:
     """``function_call_outputs`` for an event loop."""
     calls = _function_calls(output)
-    return _outputs(calls, await arun_calls(handle, calls, timeout))
+    return _outputs(calls, await arun_calls(handle, calls, timeout, replay=replay))

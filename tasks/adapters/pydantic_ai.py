@@ -42,10 +42,14 @@ class BoundaryToolset(AbstractToolset[Any]):
         *,
         max_retries: int = DEFAULT_MAX_RETRIES,
         id: str | None = "tool-boundary",
+        replay: bool = False,
     ) -> None:
         self.handle = handle
         self.max_retries = max_retries
         self._id = id
+        #: A call already made under its id with the same tool and arguments (a resumed run)
+        #: gets the first call's outcome instead of ``DUPLICATE_TOOL_CALL``.
+        self.replay = replay
 
     @property
     def id(self) -> str | None:
@@ -73,7 +77,7 @@ class BoundaryToolset(AbstractToolset[Any]):
         """Runs the call under ``ctx.tool_call_id``; returns the outcome's text, or raises
         ``ModelRetry``/``ToolFailed`` for an ERROR (see the module's docstring)."""
         call = Call(ctx.tool_call_id, name, tool_args)
-        outcome = (await arun_calls(self.handle, [call]))[0]
+        outcome = (await arun_calls(self.handle, [call], replay=self.replay))[0]
         return answer(outcome)
 
 
