@@ -22,6 +22,11 @@ are not recorded on spans (their text may hold secrets). Metric labels are tool 
 statuses and codes only, never run or call ids (cardinality).
 """
 
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
+
+from boundary.telemetry import metrics as _metrics
+from boundary.telemetry import spans as _spans
 from boundary.telemetry.metrics import (
     MetricSink,
     add_sink,
@@ -43,6 +48,21 @@ from boundary.telemetry.spans import (
     worker_step,
 )
 
+
+def configure(
+    *,
+    enabled: bool = True,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+) -> None:
+    """Turns this process's call telemetry off (``enabled=False``: no span, no header, no
+    figure) or on, recording through the given providers instead of the global ones
+    (``None``, the default: whatever ``opentelemetry.trace``/``metrics`` have, a no-op
+    without an SDK). The benchmark measures the three ways (bench/README.md)."""
+    _spans.configure(enabled, tracer_provider)
+    _metrics.configure(enabled, meter_provider)
+
+
 __all__ = [
     "EXECUTE",
     "METRICS",
@@ -53,6 +73,7 @@ __all__ = [
     "MetricSink",
     "WorkerStep",
     "add_sink",
+    "configure",
     "read_gauges",
     "reaped",
     "record",

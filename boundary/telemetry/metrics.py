@@ -7,7 +7,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import (
+    CallbackOptions,
+    Counter,
+    Histogram,
+    ObservableGauge,
+    Observation,
+)
 
 from boundary.telemetry.names import (
     METRICS,
@@ -57,29 +63,40 @@ def _observe(metric: Metric) -> Callable[[CallbackOptions], Iterable[Observation
     return observe
 
 
-_meter = metrics.get_meter(SCOPE)
-_counters = {
-    m.name: _meter.create_counter(m.name, unit=m.unit, description=m.description)
-    for m in METRICS.values()
-    if m.kind == "counter"
-}
-_histograms = {
-    m.name: _meter.create_histogram(
-        m.name,
-        unit=m.unit,
-        description=m.description,
-        explicit_bucket_boundaries_advisory=list(SECONDS_BUCKETS),
-    )
-    for m in METRICS.values()
-    if m.kind == "histogram"
-}
-_gauges = [
-    _meter.create_observable_gauge(
-        m.name, callbacks=[_observe(m)], unit=m.unit, description=m.description
-    )
-    for m in METRICS.values()
-    if m.kind == "gauge"
-]
+#: False: nothing is recorded (``configure``).
+_on = True
+_counters: dict[str, Counter] = {}
+_histograms: dict[str, Histogram] = {}
+_gauges: list[ObservableGauge] = []
+
+
+def configure(enabled: bool, provider: metrics.MeterProvider | None) -> None:
+    """Metrics on or off, into ``provider`` or (``None``) the global meter provider."""
+    global _on
+    _on = enabled
+    meter = metrics.get_meter(SCOPE) if provider is None else provider.get_meter(SCOPE)
+    _counters.clear()
+    _histograms.clear()
+    _gauges.clear()
+    for m in METRICS.values():
+        if m.kind == "counter":
+            _counters[m.name] = meter.create_counter(m.name, unit=m.unit, description=m.description)
+        elif m.kind == "histogram":
+            _histograms[m.name] = meter.create_histogram(
+                m.name,
+                unit=m.unit,
+                description=m.description,
+                explicit_bucket_boundaries_advisory=list(SECONDS_BUCKETS),
+            )
+        else:
+            _gauges.append(
+                meter.create_observable_gauge(
+                    m.name, callbacks=[_observe(m)], unit=m.unit, description=m.description
+                )
+            )
+
+
+configure(True, None)
 _sinks: list[MetricSink] = []
 
 
@@ -90,6 +107,8 @@ def add_sink(sink: MetricSink) -> None:
 
 def record(metric: Metric, value: float, **labels: str) -> None:
     """Adds to a counter or records into a histogram; labels must be ``metric.labels``."""
+    if not _on:
+        return
     if metric.kind == "counter":
         _counters[metric.name].add(value, labels)
     else:

@@ -53,6 +53,15 @@ if TYPE_CHECKING:
     from boundary.registry import ToolRegistry
 
 _tracer = trace.get_tracer(SCOPE)
+#: False: no span is started, no header injected (``configure``).
+_on = True
+
+
+def configure(enabled: bool, provider: trace.TracerProvider | None) -> None:
+    """Spans on or off, from ``provider`` or (``None``) the global tracer provider."""
+    global _tracer, _on
+    _on = enabled
+    _tracer = trace.get_tracer(SCOPE) if provider is None else provider.get_tracer(SCOPE)
 
 
 # --- Context propagation ------------------------------------------------------------------
@@ -62,7 +71,8 @@ def trace_headers() -> dict[str, str]:
     """The current trace context as message headers (``traceparent``...); empty when there
     is no trace (no SDK, or no span): the message then carries nothing extra."""
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
+    if _on:
+        propagate.inject(carrier)
     return carrier
 
 
@@ -175,7 +185,7 @@ def traced_submit(
         *args: P.args,
         **kw: P.kwargs,
     ) -> Submission:
-        if _submitting.get():
+        if _submitting.get() or not _on:
             return submit(boundary, envelope, run, *args, **kw)
         with _submit_span(boundary.registry, envelope, run) as span:
             return span.done(submit(boundary, envelope, run, *args, **kw))
@@ -197,7 +207,7 @@ def traced_asubmit(
         *args: P.args,
         **kw: P.kwargs,
     ) -> Submission:
-        if _submitting.get():
+        if _submitting.get() or not _on:
             return await asubmit(boundary, envelope, run, *args, **kw)
         with _submit_span(boundary.registry, envelope, run) as span:
             return span.done(await asubmit(boundary, envelope, run, *args, **kw))
@@ -244,6 +254,9 @@ _current: ContextVar[WorkerStep | None] = ContextVar("tool_boundary_step", defau
 def worker_step(step: str, key: CanonicalKey, carrier: object = None) -> Iterator[WorkerStep]:
     """The span of a worker step (``EXECUTE`` or ``PROJECT``) of the call ``key``, in the
     trace ``carrier`` (the message's headers, or Celery's ``task.request``) carries."""
+    if not _on:
+        yield WorkerStep(trace.INVALID_SPAN, step)
+        return
     attributes = {CALL_ID: key.tool_call_id, RUN_ID: key.run_id}
     if step == EXECUTE:
         attributes[OPERATION] = EXECUTE_TOOL
