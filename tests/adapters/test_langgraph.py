@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -127,3 +128,52 @@ def test_async_graph_leaves_the_event_loop_free(handle: RunBoundary, gate: Gate)
 
     answer = next(m for m in state["messages"] if isinstance(m, ToolMessage))
     assert json.loads(answer.content)["result"]["first"] == "opened"
+
+
+def test_a_graph_resumed_from_its_checkpoint_gets_its_tool_calls_results_without_rerunning(
+    celery_boundary: Any, tmp_path: Any
+) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from boundary import RunContext
+    from tests.celery_tools import runs_of
+
+    # Given a checkpointed graph whose tool step died after submitting its calls
+    run = RunContext(run_id=f"lg-resume-{uuid.uuid4().hex[:12]}", authorized_tools={"counted"})
+    handle = celery_boundary.for_run(run, timeout=30)
+    log = str(tmp_path / "runs.log")
+    model = GenericFakeChatModel(
+        messages=iter(
+            [
+                AIMessage("", tool_calls=[call("call_lg_r1", "counted", {"log": log})]),
+                AIMessage("done"),
+            ]
+        )
+    )
+    checkpointer = InMemorySaver()
+    config = {"configurable": {"thread_id": run.run_id}}
+
+    def submit_then_crash(state: MessagesState) -> Any:
+        for tool_call in state["messages"][-1].tool_calls:
+            handle.submit(tool_call["id"], tool_call["name"], tool_call["args"])
+        raise RuntimeError("the process died here")
+
+    def build(tools: Any) -> Any:
+        builder = StateGraph(MessagesState)
+        builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+        builder.add_node("tools", tools)
+        builder.add_edge(START, "model")
+        builder.add_conditional_edges("model", tools_condition, ["tools", END])
+        builder.add_edge("tools", "model")
+        return builder.compile(checkpointer=checkpointer)
+
+    with pytest.raises(RuntimeError):
+        build(submit_then_crash).invoke({"messages": [("user", "go")]}, config)
+    # When a fresh graph resumes from the same checkpointer, its tools made with replay
+    state = build(tool_node(handle, replay=True)).invoke(None, config)
+    # Then the tool step gets the first call's real result, and the tool ran once
+    (answer,) = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert answer.tool_call_id == "call_lg_r1" and answer.status == "success"
+    assert json.loads(answer.content)["result"] == {"count": 1, "first": "counted-0"}
+    assert state["messages"][-1].content == "done"
+    assert runs_of(log) == 1
