@@ -19,6 +19,7 @@ from boundary.errors import ErrorCode, StoreError
 from boundary.handle import DEFAULT_CALL_TIMEOUT_S, RunBoundary
 from boundary.models import (
     CanonicalKey,
+    InvocationStatus,
     ObservedFacts,
     RunContext,
     Submission,
@@ -335,9 +336,23 @@ class ToolBoundary(AsyncCalls):
         return self.store.get_run(run_id)
 
     def close_run(self, run_id: str) -> bool:
-        """Closes the run for good: ``get_run`` answers ``None`` from now on. ``False`` when it
-        was not open."""
-        return self.store.close_run(run_id)
+        """Closes the run for good: ``get_run`` answers ``None`` from now on, and every call of
+        the run still PROJECTING is cancelled (sealed ``CANCELLED``, its queued work revoked),
+        so no tool of a closed run runs on. ``False`` when it was not open.
+
+        The calls are cancelled whether or not the run was open: a close that stopped after
+        its first step (a crashed server) is finished by the next one.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        closed = self.store.close_run(run_id)
+        if is_safe_id(run_id):
+            for entry in self.store.progress(run_id):
+                record = entry.record
+                if record is not None and record.status is InvocationStatus.PROJECTING:
+                    self.cancel(run_id, record.tool_call_id)
+        return closed
 
     def cancel(self, run_id: str, tool_call_id: str) -> ToolOutcome:
         """Ends a PROJECTING call: one Lua script seals it ERROR ``CANCELLED`` only if it is

@@ -116,3 +116,21 @@ def test_cancelling_a_queued_call_revokes_its_work_unstarted(
     for n in range(8):
         done = celery_boundary.outcome(RUN.run_id, f"busy-{n}", timeout=20)
         assert done.status is InvocationStatus.READY
+
+
+def test_closing_a_run_cancels_its_running_calls_for_good(
+    celery_boundary: ToolBoundary, events: TaskEvents, held_calls: threading.Event
+) -> None:
+    # Given an open run (as the MCP server keeps it) with a call its worker is running
+    assert celery_boundary.open_run(RUN).is_open
+    submit(celery_boundary, "c-close", "held", {"n": 1})
+    assert events.wait_for(events.started, key("c-close").task_id("execute"))
+    # When the run is closed, and the tool returns afterwards
+    assert celery_boundary.close_run(RUN.run_id) is True
+    held_calls.set()
+    assert events.wait_for(events.finished, key("c-close").task_id("execute"))
+    # Then the call ended CANCELLED and stays so: the tool's return changed nothing
+    outcome = celery_boundary.outcome(RUN.run_id, "c-close", timeout=5)
+    assert outcome == ToolOutcome.error("c-close", ErrorCode.CANCELLED)
+    record = get_runtime().store.get(key("c-close"))
+    assert record is not None and record.raw is None

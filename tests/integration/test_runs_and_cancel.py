@@ -156,3 +156,40 @@ def test_cancel_of_an_unknown_call_is_record_not_found(boundary: ToolBoundary) -
     # Then each is RECORD_NOT_FOUND and nothing is written
     assert boundary.cancel(RUN_ID, "call_x").error_code is ErrorCode.RECORD_NOT_FOUND
     assert boundary.cancel("tb:{x}", "call_x").error_code is ErrorCode.RECORD_NOT_FOUND
+
+
+def test_closing_a_run_cancels_its_projecting_calls_and_leaves_the_rest(
+    boundary: ToolBoundary, registry: ToolRegistry, store: RedisCanonicalStore
+) -> None:
+    # Given an open run with a finished call, two calls still PROJECTING, and another run's
+    register(registry)
+    run = make_run()
+    boundary.open_run(run)
+    finished = boundary.invoke(envelope("call_done"), run, timeout=5)
+    running = [create_projecting(store, f"call_{i}") for i in range(2)]
+    elsewhere = create_projecting(store, "call_x", run_id="run-2")
+    # When the run is closed
+    assert boundary.close_run(RUN_ID) is True
+    # Then its PROJECTING calls are sealed CANCELLED, the finished one and the other run's
+    # call are untouched
+    for key in running:
+        assert boundary.outcome(RUN_ID, key.tool_call_id) == ToolOutcome.error(
+            key.tool_call_id, ErrorCode.CANCELLED
+        )
+    assert boundary.outcome(RUN_ID, "call_done") == finished
+    assert finished.status is InvocationStatus.READY
+    other = store.get(elsewhere)
+    assert other is not None and other.status is InvocationStatus.PROJECTING
+
+
+def test_closing_again_finishes_an_interrupted_close(
+    boundary: ToolBoundary, store: RedisCanonicalStore
+) -> None:
+    # Given a run closed by a server that died before it cancelled the run's calls
+    boundary.open_run(make_run())
+    assert store.close_run(RUN_ID) is True
+    key = create_projecting(store)
+    # When it is closed again
+    assert boundary.close_run(RUN_ID) is False
+    # Then the call left PROJECTING is cancelled now
+    assert boundary.outcome(RUN_ID, key.tool_call_id).error_code is ErrorCode.CANCELLED
