@@ -20,6 +20,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from boundary import telemetry
+
 SPANS = InMemorySpanExporter()
 METRICS = InMemoryMetricReader()
 _installed = False
@@ -34,6 +36,8 @@ def install() -> None:
     provider.add_span_processor(SimpleSpanProcessor(SPANS))
     trace.set_tracer_provider(provider)
     metrics.set_meter_provider(MeterProvider(metric_readers=[METRICS]))
+    # At once, not at the telemetry's next look at the global providers.
+    telemetry.configure()
     _installed = True
 
 
@@ -58,6 +62,7 @@ def install_file_exporter() -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(path)))
     trace.set_tracer_provider(provider)
+    telemetry.configure()
 
 
 def read_span_file(path: Path) -> list[dict[str, object]]:

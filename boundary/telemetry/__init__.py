@@ -58,7 +58,10 @@ def configure(
     """Turns this process's call telemetry off (``enabled=False``: no span, no header, no
     figure) or on, recording through the given providers instead of the global ones
     (``None``, the default: whatever ``opentelemetry.trace``/``metrics`` have, a no-op
-    without an SDK). The benchmark measures the three ways (bench/README.md)."""
+    without an SDK). The benchmark measures the three ways (bench/README.md).
+
+    Without an SDK no span is started at all (metrics are still kept); a global provider set
+    later is noticed within a second, or at once when ``configure()`` is called after it."""
     _spans.configure(enabled, tracer_provider)
     _metrics.configure(enabled, meter_provider)
 

@@ -57,11 +57,40 @@ _tracer = trace.get_tracer(SCOPE)
 _on = True
 
 
+#: The provider ``configure`` gave (``None``: the global one).
+_provider: trace.TracerProvider | None = None
+#: Global providers of the API alone: their spans record nothing, so none is started.
+_NO_SDK = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
 def configure(enabled: bool, provider: trace.TracerProvider | None) -> None:
     """Spans on or off, from ``provider`` or (``None``) the global tracer provider."""
-    global _tracer, _on
-    _on = enabled
+    global _tracer, _on, _provider, _no_sdk_until
+    _on, _provider, _no_sdk_until = enabled, provider, 0.0
     _tracer = trace.get_tracer(SCOPE) if provider is None else provider.get_tracer(SCOPE)
+
+
+#: Until when the global provider is known to be the API's alone (it is checked again
+#: once a second: an SDK set later is used from then on).
+_no_sdk_until = 0.0
+#: Seconds a "no SDK" answer is kept (the check reads the environment).
+NO_SDK_RECHECK_S = 1.0
+
+
+def _tracing() -> bool:
+    """Whether spans are worth starting: a provider was given, or the global one is an SDK's.
+    Without one the steps still keep their figures (metrics), on a span that records nothing:
+    a no-op span costs about 10 us a step, most of this path (bench.telemetry_hooks)."""
+    global _no_sdk_until
+    if _provider is not None:
+        return True
+    now = time.monotonic()
+    if now < _no_sdk_until:
+        return False
+    if isinstance(trace.get_tracer_provider(), _NO_SDK):
+        _no_sdk_until = now + NO_SDK_RECHECK_S
+        return False
+    return True
 
 
 # --- Context propagation ------------------------------------------------------------------
@@ -125,6 +154,24 @@ def _submit_span(
     registry: ToolRegistry, envelope: ToolCallEnvelope, run: RunContext
 ) -> Iterator[_Submit]:
     tool = _tool_of(registry, envelope)
+    token = _submitting.set(True)
+    try:
+        if not _tracing():
+            yield _Submit(trace.INVALID_SPAN, tool)
+            return
+        with _tracer.start_as_current_span(
+            f"{SUBMIT_SPAN} {tool}" if tool else SUBMIT_SPAN,
+            kind=SpanKind.PRODUCER,
+            attributes=_submit_attributes(tool, envelope, run),
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            yield _Submit(span, tool)
+    finally:
+        _submitting.reset(token)
+
+
+def _submit_attributes(tool: str, envelope: ToolCallEnvelope, run: RunContext) -> dict[str, str]:
     attributes: dict[str, str] = {}
     if tool:
         attributes[TOOL_NAME] = tool
@@ -133,18 +180,7 @@ def _submit_span(
         attributes[CALL_ID] = call_id
     if is_safe_id(run_id):
         attributes[RUN_ID] = run_id
-    token = _submitting.set(True)
-    try:
-        with _tracer.start_as_current_span(
-            f"{SUBMIT_SPAN} {tool}" if tool else SUBMIT_SPAN,
-            kind=SpanKind.PRODUCER,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            yield _Submit(span, tool)
-    finally:
-        _submitting.reset(token)
+    return attributes
 
 
 @dataclass(frozen=True)
@@ -238,6 +274,7 @@ class WorkerStep:
     tool: str = ""
     created_at: float | None = None
     tool_started: float | None = None
+    attempt: int = 1
     code: str = ""
 
     def outcome(self, outcome: ToolOutcome) -> None:
@@ -257,24 +294,37 @@ def worker_step(step: str, key: CanonicalKey, carrier: object = None) -> Iterato
     if not _on:
         yield WorkerStep(trace.INVALID_SPAN, step)
         return
+    if not _tracing():
+        with _stepping(trace.INVALID_SPAN, step) as state:
+            yield state
+        return
     attributes = {CALL_ID: key.tool_call_id, RUN_ID: key.run_id}
     if step == EXECUTE:
         attributes[OPERATION] = EXECUTE_TOOL
-    with _tracer.start_as_current_span(
-        EXECUTE_SPAN if step == EXECUTE else PROJECT_SPAN,
-        context=_parent(carrier),
-        kind=SpanKind.INTERNAL,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        state = WorkerStep(span, step)
-        token = _current.set(state)
-        try:
-            yield state
-        finally:
-            _current.reset(token)
-            _finish(state)
+    with (
+        _tracer.start_as_current_span(
+            EXECUTE_SPAN if step == EXECUTE else PROJECT_SPAN,
+            context=_parent(carrier),
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span,
+        _stepping(span, step) as state,
+    ):
+        yield state
+
+
+@contextmanager
+def _stepping(span: Span, step: str) -> Iterator[WorkerStep]:
+    """The step is current (the hooks below find it) and its figures are kept at its end."""
+    state = WorkerStep(span, step)
+    token = _current.set(state)
+    try:
+        yield state
+    finally:
+        _current.reset(token)
+        _finish(state)
 
 
 def _finish(state: WorkerStep) -> None:
@@ -294,11 +344,14 @@ def step_record(record_: CanonicalRecord) -> None:
         return
     state.tool = record_.tool_name
     state.created_at = record_.created_at.timestamp()
+    # The record's attempt (long-running tools' retries); 1 for a record without one.
+    state.attempt = int(getattr(record_, "attempt", None) or 1)
     span = state.span
-    span.set_attribute(TOOL_NAME, record_.tool_name)
-    span.set_attribute(ATTEMPT, int(getattr(record_, "attempt", None) or 1))
-    name = EXECUTE_SPAN if state.step == EXECUTE else PROJECT_SPAN
-    span.update_name(f"{name} {record_.tool_name}")
+    if span.is_recording():
+        span.set_attribute(TOOL_NAME, record_.tool_name)
+        span.set_attribute(ATTEMPT, state.attempt)
+        name = EXECUTE_SPAN if state.step == EXECUTE else PROJECT_SPAN
+        span.update_name(f"{name} {record_.tool_name}")
 
 
 def tool_starts(record_: CanonicalRecord) -> None:
@@ -307,8 +360,8 @@ def tool_starts(record_: CanonicalRecord) -> None:
     if state is None:
         return
     state.tool_started = time.monotonic()
-    if int(getattr(record_, "attempt", None) or 1) == 1:
-        waited = max(time.time() - record_.created_at.timestamp(), 0.0)
+    if state.attempt == 1 and state.created_at is not None:
+        waited = max(time.time() - state.created_at, 0.0)
         record(QUEUE_WAIT, waited, tool=record_.tool_name)
 
 
