@@ -55,6 +55,7 @@ from boundary.store.codec import (
     seal_result,
     with_in_flight,
 )
+from boundary.store.redis_facts import server_facts
 from boundary.store.redis_runs import RedisRuns
 
 logger = logging.getLogger(__name__)
@@ -298,22 +299,9 @@ class RedisCanonicalStore(CanonicalStore):
         return ReapDecision.GONE if code in (0, -1) else ReapDecision.SEAL
 
     def server_facts(self) -> ServerFacts | None:
-        if isinstance(self.client, redis.cluster.RedisCluster):
-            return None  # one reply per node: checked per node by the operator
-        # INFO, not CONFIG GET: CONFIG is often renamed or refused on managed Redis.
+        """On a cluster, the worst of its primaries (``redis_facts``)."""
         with _translated():
-            memory: dict[str, Any] = self.client.info("memory")
-            persistence: dict[str, Any] = self.client.info("persistence")
-            try:
-                save = self.client.config_get("save").get("save", "")
-            except redis.ResponseError:
-                save = ""
-        return ServerFacts(
-            maxmemory_policy=str(memory.get("maxmemory_policy", "noeviction")),
-            maxmemory=int(memory.get("maxmemory", 0)),
-            aof=bool(int(persistence.get("aof_enabled", 0))),
-            rdb=bool(str(save).strip()),
-        )
+            return server_facts(self.client)
 
     def now(self) -> datetime:
         with _translated():

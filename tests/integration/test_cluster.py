@@ -163,3 +163,30 @@ def test_a_celery_worker_and_reproject_work_on_the_cluster(
         lines = done.stdout.splitlines()
         assert len(lines) == RUNS
         assert all('"c0"' in line for line in lines)
+
+
+def test_the_start_up_check_reads_every_primary_of_the_cluster(
+    cluster: list[RedisServer],
+) -> None:
+    from boundary import ConfigurationError
+    from tasks.server_check import check_store_server
+    from tests.conftest import celery_test_settings
+
+    # Given a store on the cluster, whose nodes keep nothing on disk (appendonly no, save "")
+    store = RedisCanonicalStore.from_url(cluster[0].url, ttl_s=600, cluster=True)
+    settings = celery_test_settings(redis_url=cluster[0].url, redis_cluster=True)
+    facts = store.server_facts()
+    # Then the check sees the cluster: not evicting, not persistent (a warning)
+    assert facts is not None and not facts.evicts and not facts.persistent
+    assert any("no persistence" in w for w in check_store_server(store, settings))
+    # When one node (not the one named by the URL) evicts, the worker must not start
+    node = cluster[2].client()
+    node.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        evicting = store.server_facts()
+        assert evicting is not None and evicting.maxmemory_policy == "allkeys-lru"
+        with pytest.raises(ConfigurationError, match="allkeys-lru"):
+            check_store_server(store, settings)
+    finally:
+        node.config_set("maxmemory-policy", "noeviction")
+        node.close()

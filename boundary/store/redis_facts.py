@@ -1,0 +1,65 @@
+"""What the store's Redis does with memory and restarts (``ServerFacts``), read for the worker's
+start-up check: from the one server, or from every primary of a Redis Cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import redis.cluster
+
+from boundary.store.base import ServerFacts
+
+
+def server_facts(client: redis.Redis | redis.cluster.RedisCluster) -> ServerFacts:
+    """The server's facts; on a cluster, the worst of its primaries (any evicting node evicts
+    the store's keys of its slots; the store is persistent only when every node is).
+
+    Raises:
+        redis.RedisError: as the client does (the caller translates it).
+    """
+    if isinstance(client, redis.cluster.RedisCluster):
+        return _cluster_facts(client)
+    # INFO, not CONFIG GET: CONFIG is often renamed or refused on managed Redis.
+    return _node_facts(client.info("memory"), client.info("persistence"), _save(client))
+
+
+def _save(client: Any, **target: Any) -> Any:
+    try:
+        return client.config_get("save", **target)
+    except redis.ResponseError:
+        return {}
+
+
+def _node_facts(memory: dict[str, Any], persistence: dict[str, Any], save: Any) -> ServerFacts:
+    return ServerFacts(
+        maxmemory_policy=str(memory.get("maxmemory_policy", "noeviction")),
+        maxmemory=int(memory.get("maxmemory", 0)),
+        aof=bool(int(persistence.get("aof_enabled", 0))),
+        rdb=bool(str(save.get("save", "") if isinstance(save, dict) else "").strip()),
+    )
+
+
+def _per_node(reply: Any, probe: str) -> dict[str, Any]:
+    """A cluster reply by node name (redis-py answers a one-node cluster unwrapped)."""
+    if not isinstance(reply, dict) or probe in reply:
+        return {"": reply if isinstance(reply, dict) else {}}
+    return reply
+
+
+def _cluster_facts(client: redis.cluster.RedisCluster) -> ServerFacts:
+    primaries = redis.cluster.RedisCluster.PRIMARIES
+    memory = _per_node(client.info("memory", target_nodes=primaries), "used_memory")
+    persistence = _per_node(client.info("persistence", target_nodes=primaries), "loading")
+    saves = _per_node(_save(client, target_nodes=primaries), "save")
+    nodes = [
+        _node_facts(memory[node], persistence.get(node, {}), saves.get(node, {})) for node in memory
+    ]
+    evicting = next((node for node in nodes if node.evicts), None)
+    return ServerFacts(
+        maxmemory_policy=evicting.maxmemory_policy if evicting else "noeviction",
+        maxmemory=max((node.maxmemory for node in nodes), default=0),
+        aof=all(node.aof for node in nodes),
+        # Set when every node keeps its writes one way or the other (``persistent``).
+        rdb=all(node.persistent for node in nodes),
+    )
