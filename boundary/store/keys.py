@@ -63,3 +63,15 @@ def run_id_of(key: str) -> str:
     """The run id inside a run key's hash tag."""
     start = key.index("{") + 1
     return key[start : key.index("}", start)]
+
+
+def mcp_task_key(task_id: str) -> str:
+    """An MCP task id's entry (a hash: the call's identity, its owner, created and ttl ms),
+    expiring with the task. Touched alone, so it needs no hash tag."""
+    return f"{PREFIX}:mcp-task:{task_id}"
+
+
+def mcp_tasks_key(owner: str) -> str:
+    """One owner's MCP task ids, newest last (a sorted set, all scores 0, members
+    ``<created_ms:013d>:<task_id>`` so lexical order is creation order)."""
+    return f"{PREFIX}:mcp-tasks:{owner}"

@@ -23,6 +23,7 @@ from boundary import (
     ToolOutcome,
 )
 from boundary.steps import outcome_from_record
+from boundary.store.redis_tasks import RedisTaskIndex, TaskEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,10 @@ class BoundaryCalls:
         outcome = await self.boundary.aoutcome(key.run_id, key.tool_call_id, timeout=timeout_s)
         return None if outcome.pending else outcome
 
+    async def wait(self, key: CanonicalKey, timeout_s: float) -> ToolOutcome:
+        """The call's outcome, waiting up to ``timeout_s``; ``pending`` while PROJECTING."""
+        return await self.boundary.aoutcome(key.run_id, key.tool_call_id, timeout=timeout_s)
+
     async def task_state(self, key: CanonicalKey) -> TaskState | None:
         """The record behind a task, ``None`` when missing or expired.
 
@@ -83,3 +88,35 @@ class BoundaryCalls:
 
     async def cancel(self, key: CanonicalKey) -> ToolOutcome:
         return await asyncio.to_thread(self.boundary.cancel, key.run_id, key.tool_call_id)
+
+
+class TaskIndex:
+    """Awaitable forms of the MCP task index (``boundary.store.redis_tasks``): task ids mapped
+    to records, per owner. ``None`` index: a store that is not Redis, so no 2025-11-25 tasks.
+
+    Raises (every method):
+        StoreError: the store cannot be read or written.
+    """
+
+    def __init__(self, boundary: ToolBoundary) -> None:
+        self.index = RedisTaskIndex.of(boundary.store)
+
+    @property
+    def available(self) -> bool:
+        return self.index is not None
+
+    async def add(self, entry: TaskEntry) -> None:
+        assert self.index is not None
+        await asyncio.to_thread(self.index.add, entry)
+
+    async def get(self, task_id: str) -> TaskEntry | None:
+        if self.index is None:
+            return None
+        return await asyncio.to_thread(self.index.get, task_id)
+
+    async def page(
+        self, owner: str, after: str | None, limit: int
+    ) -> tuple[list[TaskEntry], str | None]:
+        if self.index is None:
+            return [], None
+        return await asyncio.to_thread(self.index.page, owner, after, limit)

@@ -8,12 +8,17 @@ tasks itself; these handlers follow the extension's published schema.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import dataclasses
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
+import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -27,8 +32,11 @@ from boundary import (
     StoreError,
     ToolBoundary,
     ToolCallEnvelope,
+    ToolOutcome,
 )
-from tasks.mcp_server.calls import BoundaryCalls
+from boundary.store.redis_tasks import TaskEntry, new_task_id
+from tasks.mcp_server import tasks_2025
+from tasks.mcp_server.calls import BoundaryCalls, TaskIndex, TaskState
 from tasks.mcp_server.results import (
     MINTED_PREFIX,
     RUN_ID_META,
@@ -41,6 +49,7 @@ from tasks.mcp_server.results import (
     tool_entry,
     tool_result,
 )
+from tasks.mcp_server.tasks_2025 import TaskSupport
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +59,8 @@ Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
 DEFAULT_POLL_INTERVAL_MS = 500
 #: Longest a plain (not task-augmented) ``tools/call`` waits for its outcome, seconds.
 DEFAULT_CALL_WAIT_S = 600.0
+#: Longest gap between two ``notifications/progress`` of a call that asked for them, seconds.
+DEFAULT_PROGRESS_S = 5.0
 
 #: JSON-RPC codes the Tasks extension names.
 INVALID_PARAMS = -32602
@@ -136,6 +147,12 @@ class BoundaryMCP:
         poll_interval_ms: the ``pollIntervalMs`` tasks suggest.
         call_wait_s: how long a plain ``tools/call`` waits for its outcome before it cancels
             the call (a task-augmented call never waits).
+        progress_s: the longest gap between two ``notifications/progress`` of a plain call
+            whose request carries a ``progressToken``.
+        task_support: each tool's ``execution.taskSupport`` on 2025-11-25 connections...
+        tool_task_support: ...unless named here (tool name -> support).
+        require_call_id: refuse calls whose ``_meta`` names no tool_call_id
+            (``INVALID_TOOL_CALL_ID``) instead of minting one.
     """
 
     def __init__(
@@ -145,31 +162,67 @@ class BoundaryMCP:
         run_id: str | None = None,
         poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
         call_wait_s: float = DEFAULT_CALL_WAIT_S,
+        progress_s: float = DEFAULT_PROGRESS_S,
+        task_support: TaskSupport = "optional",
+        tool_task_support: dict[str, TaskSupport] | None = None,
+        require_call_id: bool = False,
     ) -> None:
         self.calls = BoundaryCalls(boundary)
+        self.tasks = TaskIndex(boundary)
         self.registry = boundary.registry
         self.run_id = run_id
         self.poll_interval_ms = poll_interval_ms
         self.call_wait_s = call_wait_s
+        self.progress_s = progress_s
+        self.task_support: TaskSupport = task_support
+        self.tool_task_support = dict(tool_task_support or {})
+        self.require_call_id = require_call_id
+        #: The auth context of requests with no HTTP request (stdio: one process, one session).
+        self.session_owner = f"session-{uuid.uuid4().hex}"
+        #: Status watchers of this process's tasks (kept so they are not collected).
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    def support_of(self, tool_name: str) -> TaskSupport:
+        """The tool's ``execution.taskSupport`` (``forbidden`` when this store has no task
+        index)."""
+        if not self.tasks.available:
+            return "forbidden"
+        return self.tool_task_support.get(tool_name, self.task_support)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(
-            tools=[tool_entry(spec) for spec in self.registry if spec.read_only]
-        )
+        tools = [tool_entry(spec) for spec in self.registry if spec.read_only]
+        if tasks_2025.speaks_2025_tasks(ctx):
+            for tool in tools:
+                tool.execution = types.ToolExecution(task_support=self.support_of(tool.name))
+        return types.ListToolsResult(tools=tools)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | dict[str, Any]:
-        """Preflight, record and dispatch through the boundary; then either a task handle
-        (when this request declares the Tasks extension) or the outcome."""
+        """Preflight, record and dispatch through the boundary; then a task (2025-11-25
+        ``params.task``, or a request declaring the Tasks extension) or the outcome."""
+        augmented = params.task is not None
+        if tasks_2025.speaks_2025_tasks(ctx):
+            support = self.support_of(params.name)
+            if augmented and support == "forbidden":
+                raise tasks_2025.not_task_augmentable(
+                    "Task augmentation is not supported for this tool"
+                )
+            if not augmented and support == "required":
+                raise tasks_2025.task_required()
+        elif augmented:
+            raise tasks_2025.not_task_augmentable("Task augmentation needs a 2025-11-25 connection")
         meta: dict[str, Any] = dict(params.meta or {})
         run_id = meta.get(RUN_ID_META) or self.run_id
         if not isinstance(run_id, str):
             return error_result(ErrorCode.RUN_NOT_FOUND)
         tool_call_id = meta.get(TOOL_CALL_ID_META)
+        agent_id = tool_call_id is not None
         if tool_call_id is None:
+            if self.require_call_id:
+                return error_result(ErrorCode.INVALID_TOOL_CALL_ID)
             # MCP has no call id of its own (a JSON-RPC request id repeats across reconnects):
             # mint one, use it as the canonical id, and return it.
             tool_call_id = f"{MINTED_PREFIX}{uuid.uuid4()}"
@@ -188,16 +241,120 @@ class BoundaryMCP:
             return tool_result(submission.outcome, out_meta)
         assert submission.key is not None
         key = submission.key
+        if augmented:
+            assert params.task is not None
+            return await self._create_task(ctx, key, params.task.ttl)
         if declares_tasks(ctx):
             state = await self._state(key)
             if state is not None:
                 return created_task(task_id_of(key), state, self.poll_interval_ms)
-        outcome = await self.calls.outcome(key, self.call_wait_s)
+        try:
+            outcome = await self._wait_plain(ctx, key)
+        except anyio.get_cancelled_exc_class():
+            # The client cancelled the request or went away (closed session, stdio pipe): the
+            # call is cancelled too, unless it carries the agent's own id (it can be asked
+            # for again, so it outlives the connection).
+            if not agent_id:
+                with anyio.CancelScope(shield=True):
+                    await self.calls.cancel(key)
+            raise
         if outcome is None:
             # A plain call must end with an answer that stays true: the call is cancelled
             # (sealed CANCELLED unless it sealed first, in which case that outcome is answered).
             outcome = await self.calls.cancel(key)
         return tool_result(outcome, ids_meta(key.run_id, key.tool_call_id))
+
+    async def _wait_plain(
+        self, ctx: ServerRequestContext[Any, Any], key: CanonicalKey
+    ) -> ToolOutcome | None:
+        """Waits for the outcome up to ``call_wait_s``; meanwhile, when the request carries a
+        ``progressToken``, sends ``notifications/progress`` at least every ``progress_s``: the
+        tool's heartbeat fraction and message when it has them, a keep-alive otherwise."""
+        wants_progress = bool(ctx.meta and ctx.meta.get("progressToken") is not None)
+        deadline = time.monotonic() + self.call_wait_s
+        ticks = 0
+        last = 0.0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            waited = await self.calls.wait(key, min(self.progress_s, left))
+            if not waited.pending:
+                return waited
+            if not wants_progress:
+                continue
+            ticks += 1
+            fraction, message = progress_of(waited)
+            if fraction is not None:
+                # Progress must increase with each notification, even when the tool's
+                # fraction has not moved since the last heartbeat.
+                value = max(fraction, min(last + 1e-6, 1.0))
+                await ctx.session.report_progress(value, 1.0, message)
+            else:
+                value = float(ticks)
+                await ctx.session.report_progress(value, None, message)
+            last = value
+
+    async def _create_task(
+        self, ctx: ServerRequestContext[Any, Any], key: CanonicalKey, ttl_ms: int | None
+    ) -> dict[str, Any]:
+        """A 2025-11-25 task for the accepted call: a random id bound to the requester."""
+        state = await self._state(key)
+        if state is None:
+            raise _store_unavailable()
+        owner = tasks_2025.requester(ctx, self.session_owner)
+        entry = tasks_2025.new_entry(new_task_id(), key, owner, ttl_ms, state)
+        try:
+            await self.tasks.add(entry)
+        except StoreError:
+            raise _store_unavailable() from None
+        if ctx.request is None:
+            self._watch(ctx, entry)
+        return tasks_2025.created(entry, state, self.poll_interval_ms)
+
+    def _watch(self, ctx: ServerRequestContext[Any, Any], entry: TaskEntry) -> None:
+        """Sends ``notifications/tasks/status`` when the task ends, while this connection
+        (stdio) lives; the client must not rely on it, so a failure to send is dropped."""
+
+        async def watch() -> None:
+            try:
+                while True:
+                    outcome = await self.calls.outcome(entry.key, tasks_2025.RESULT_WAIT_S)
+                    if outcome is not None:
+                        break
+                state = await self.calls.task_state(entry.key)
+                if state is None:
+                    return
+                task = tasks_2025.task_of(entry, state, self.poll_interval_ms)
+                await ctx.session.send_notification(
+                    tasks_2025.status_notification(task)  # type: ignore[arg-type]
+                )
+            except Exception as exc:
+                logger.debug("task status not sent: %s", type(exc).__name__)
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    async def _entry(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> TaskEntry:
+        """The requester's task, else the spec's "not found" (another requester's task is not
+        found either)."""
+        try:
+            entry = await self.tasks.get(task_id)
+        except StoreError:
+            raise _store_unavailable() from None
+        if entry is None or entry.owner != tasks_2025.requester(ctx, self.session_owner):
+            raise tasks_2025.task_not_found()
+        return entry
+
+    async def _task_2025(
+        self, ctx: ServerRequestContext[Any, Any], task_id: str
+    ) -> tuple[TaskEntry, TaskState]:
+        entry = await self._entry(ctx, task_id)
+        state = await self._state(entry.key)
+        if state is None:
+            raise tasks_2025.task_not_found()
+        return entry, state
 
     async def _state(self, key: CanonicalKey) -> Any:
         try:
@@ -208,6 +365,9 @@ class BoundaryMCP:
     async def get_task(
         self, ctx: ServerRequestContext[Any, Any], params: TaskParams
     ) -> dict[str, Any]:
+        if tasks_2025.speaks_2025_tasks(ctx):
+            entry, state = await self._task_2025(ctx, params.task_id)
+            return tasks_2025.task_of(entry, state, self.poll_interval_ms)
         _require_tasks(ctx)
         key = _task_key(params.task_id)
         state = await self._state(key)
@@ -229,7 +389,9 @@ class BoundaryMCP:
         self, ctx: ServerRequestContext[Any, Any], params: TaskParams
     ) -> dict[str, Any]:
         """Seals a working task's record ERROR ``CANCELLED`` (one atomic script) and revokes
-        its queued work; a finished task stays as it is."""
+        its queued work; a finished task stays as it is (2025-11-25: refused, ``-32602``)."""
+        if tasks_2025.speaks_2025_tasks(ctx):
+            return await self._cancel_2025(ctx, params.task_id)
         _require_tasks(ctx)
         key = _task_key(params.task_id)
         outcome = await self.calls.cancel(key)
@@ -239,6 +401,128 @@ class BoundaryMCP:
             raise _store_unavailable()
         return {}
 
+    async def _cancel_2025(
+        self, ctx: ServerRequestContext[Any, Any], task_id: str
+    ) -> dict[str, Any]:
+        entry, state = await self._task_2025(ctx, task_id)
+        if state.outcome is not None:
+            status, _ = tasks_2025.status_of(state.outcome, None)
+            raise MCPError(
+                INVALID_PARAMS, f"Cannot cancel task: already in terminal status '{status}'"
+            )
+        outcome = await self.calls.cancel(entry.key)
+        if outcome.error_code is ErrorCode.RECORD_NOT_FOUND:
+            raise tasks_2025.task_not_found()
+        if outcome.error_code is ErrorCode.STORE_UNAVAILABLE:
+            raise _store_unavailable()
+        entry, state = await self._task_2025(ctx, task_id)
+        return tasks_2025.task_of(entry, state, self.poll_interval_ms)
+
+    async def task_result(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskParams
+    ) -> dict[str, Any]:
+        """``tasks/result`` (2025-11-25): waits until the task is terminal (woken by the seal),
+        then answers what the call answers, with the related-task ``_meta``."""
+        _require_2025(ctx)
+        entry = await self._entry(ctx, params.task_id)
+        while True:
+            outcome = await self.calls.outcome(entry.key, tasks_2025.RESULT_WAIT_S)
+            if outcome is not None:
+                return tasks_2025.final_result(entry, outcome)
+            # Still running: the task must still exist to be waited on.
+            await self._entry(ctx, params.task_id)
+
+    async def list_tasks(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> dict[str, Any]:
+        """``tasks/list`` (2025-11-25): the requester's tasks, newest first, a page at a time
+        from its index (never a SCAN); the cursor is opaque to the client."""
+        _require_2025(ctx)
+        owner = tasks_2025.requester(ctx, self.session_owner)
+        after = _decode_cursor(params.cursor if params is not None else None)
+        try:
+            entries, following = await self.tasks.page(owner, after, tasks_2025.LIST_PAGE_SIZE)
+            tasks: list[dict[str, Any]] = []
+            for entry in entries:
+                state = await self.calls.task_state(entry.key)
+                if state is not None:
+                    tasks.append(tasks_2025.task_of(entry, state, self.poll_interval_ms))
+        except StoreError:
+            raise _store_unavailable() from None
+        result: dict[str, Any] = {"tasks": tasks}
+        if following is not None:
+            result["nextCursor"] = _encode_cursor(following)
+        return result
+
+
+def progress_of(outcome: ToolOutcome) -> tuple[float | None, str | None]:
+    """A PROJECTING outcome's heartbeat fraction and message, when the boundary gives them."""
+    progress = getattr(outcome, "progress", None)
+    if progress is None:
+        return None, None
+    fraction = getattr(progress, "fraction", None)
+    message = getattr(progress, "message", None)
+    return (
+        float(fraction) if isinstance(fraction, int | float) else None,
+        message if isinstance(message, str) and message else None,
+    )
+
+
+def _encode_cursor(member: str) -> str:
+    return base64.urlsafe_b64encode(member.encode()).decode()
+
+
+def _decode_cursor(cursor: str | None) -> str | None:
+    if cursor is None:
+        return None
+    try:
+        member = base64.urlsafe_b64decode(cursor.encode()).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise MCPError(INVALID_PARAMS, "Invalid cursor") from None
+    head, sep, task_id = member.partition(":")
+    if not (sep and head.isdigit() and task_id):
+        raise MCPError(INVALID_PARAMS, "Invalid cursor")
+    return member
+
+
+def _require_2025(ctx: ServerRequestContext[Any, Any]) -> None:
+    """``tasks/result`` and ``tasks/list`` exist on 2025-11-25 connections only."""
+    if not tasks_2025.speaks_2025_tasks(ctx):
+        raise MCPError(tasks_2025.METHOD_NOT_FOUND, "Method not found")
+
+
+#: Where a 2025-11-25 task-augmented ``tools/call`` is routed: a method of this server's own,
+#: so its ``CreateTaskResult`` is not sieved as a ``CallToolResult`` (the SDK's 2025-11-25
+#: surface knows no other ``tools/call`` result).
+TASK_CALL_METHOD = "tool-boundary/tools-call-task"
+
+
+async def route_task_calls(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+    """Server middleware: a ``tools/call`` with ``params.task`` on a 2025-11-25 connection
+    goes to ``TASK_CALL_METHOD`` (same handler, same init gate and params validation)."""
+    params = ctx.params
+    if (
+        ctx.method == "tools/call"
+        and tasks_2025.speaks_2025_tasks(ctx)
+        and params is not None
+        and params.get("task") is not None
+    ):
+        return await call_next(dataclasses.replace(ctx, method=TASK_CALL_METHOD))
+    return await call_next(ctx)
+
+
+class BoundaryServer(Server[Any]):
+    """The SDK server, announcing ``capabilities.tasks`` on handshake (2025-11-25)
+    connections; 2026-07-28 connections get the Tasks extension instead."""
+
+    tasks_capability: types.ServerTasksCapability | None = None
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(*args, **kwargs)
+        if kwargs.get("protocol_version") in MODERN_PROTOCOL_VERSIONS:
+            return capabilities
+        return capabilities.model_copy(update={"tasks": self.tasks_capability})
+
 
 def build_server(
     boundary: ToolBoundary,
@@ -246,18 +530,42 @@ def build_server(
     run_id: str | None = None,
     poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
     call_wait_s: float = DEFAULT_CALL_WAIT_S,
+    progress_s: float = DEFAULT_PROGRESS_S,
+    task_support: TaskSupport = "optional",
+    tool_task_support: dict[str, TaskSupport] | None = None,
+    require_call_id: bool = False,
+    list_tasks: bool = True,
     name: str = "tool-boundary",
 ) -> Server[Any]:
-    """A low-level SDK server serving the boundary's registry, with the Tasks extension."""
+    """A low-level SDK server serving the boundary's registry, with 2025-11-25 Tasks and the
+    Tasks extension. ``list_tasks=False`` leaves ``tasks/list`` out of the capabilities (a
+    server that cannot tell requesters apart: HTTP without a token)."""
     handlers = BoundaryMCP(
-        boundary, run_id=run_id, poll_interval_ms=poll_interval_ms, call_wait_s=call_wait_s
+        boundary,
+        run_id=run_id,
+        poll_interval_ms=poll_interval_ms,
+        call_wait_s=call_wait_s,
+        progress_s=progress_s,
+        task_support=task_support,
+        tool_task_support=tool_task_support,
+        require_call_id=require_call_id,
     )
-    server: Server[Any] = Server(name, version="0.1.0", on_list_tools=_guarded(handlers.list_tools))
+    server = BoundaryServer(name, version="0.1.0", on_list_tools=_guarded(handlers.list_tools))
+    if handlers.tasks.available:
+        server.tasks_capability = tasks_2025.server_capability(list_tasks=list_tasks)
     server.add_request_handler(
         "tools/call", types.CallToolRequestParams, _guarded(handlers.call_tool)
     )
+    server.add_request_handler(
+        TASK_CALL_METHOD, types.CallToolRequestParams, _guarded(handlers.call_tool)
+    )
+    server.middleware.append(route_task_calls)
     server.add_request_handler("tasks/get", TaskParams, _guarded(handlers.get_task))
     server.add_request_handler("tasks/update", UpdateTaskParams, _guarded(handlers.update_task))
     server.add_request_handler("tasks/cancel", TaskParams, _guarded(handlers.cancel_task))
+    server.add_request_handler("tasks/result", TaskParams, _guarded(handlers.task_result))
+    server.add_request_handler(
+        "tasks/list", types.PaginatedRequestParams, _guarded(handlers.list_tasks)
+    )
     server.extensions[TASKS_EXTENSION] = {}
     return server
