@@ -65,9 +65,11 @@ def _client_mode(mode: str) -> None:
     Traced._current = mode
 
 
-def measure(redis_url: str, calls: int, repetitions: int, log_dir: Path) -> dict[str, Any]:
+def measure(
+    redis_url: str, calls: int, repetitions: int, log_dir: Path, order: tuple[str, ...] = MODES
+) -> dict[str, Any]:
     settings = bench_settings(redis_url)
-    sides = [Traced(mode, settings) for mode in MODES]
+    sides = [Traced(mode, settings) for mode in order]
 
     def start(side: Traced) -> WorkerProcess:
         # The worker's mode: settings_env passes this process's environment on.
@@ -109,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument(
+        "--order", default=",".join(MODES), help="the sides' order in even rounds (odd: reversed)"
+    )
     args = parser.parse_args(argv)
     if not reachable(args.redis_url):
         print(f"bench: Redis is not reachable at {args.redis_url}", file=sys.stderr)
@@ -117,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         flush_own_dbs(args.redis_url)
         try:
             log(f"telemetry cost: B1 {args.repetitions} x {args.calls} calls a mode")
-            result = measure(args.redis_url, args.calls, args.repetitions, args.out / "logs")
+            order = tuple(args.order.split(","))
+            result = measure(args.redis_url, args.calls, args.repetitions, args.out / "logs", order)
         finally:
             flush_own_dbs(args.redis_url)
     print(json.dumps(result, indent=1))

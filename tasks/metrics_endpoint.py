@@ -132,9 +132,16 @@ def _serve_metrics(**_: Any) -> None:
 
     runtime = get_runtime()
     store = runtime.store
-    telemetry.set_gauge_source(
-        lambda: {telemetry.PROJECTING.name: float(store.count_projecting() or 0)}
-    )
+
+    def gauges() -> dict[str, float]:
+        values = {telemetry.PROJECTING.name: float(store.count_projecting() or 0)}
+        lag = store.heartbeat_lag_s()
+        # No call running: no lag to report (not a lag of 0).
+        if lag is not None:
+            values[telemetry.HEARTBEAT_LAG.name] = lag
+        return values
+
+    telemetry.set_gauge_source(gauges)
     port = runtime.settings.metrics_port
     if port is None:
         return

@@ -270,6 +270,12 @@ class CanonicalStore(ABC):
         this store cannot tell cheaply."""
         return None
 
+    def heartbeat_lag_s(self) -> float | None:
+        """Seconds since the least recent sign of life (last heartbeat, else its tool's start)
+        of the calls whose tool runs now, on the store's clock; ``None`` when none runs or this
+        store cannot tell cheaply."""
+        return None
+
     @abstractmethod
     def due_pending(self, now: datetime | None = None, limit: int = 1000) -> list[CanonicalKey]:
         """PROJECTING calls whose reap time has passed, across runs, at ``now`` (default: the

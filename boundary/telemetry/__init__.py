@@ -35,7 +35,15 @@ from boundary.telemetry.metrics import (
     record,
     set_gauge_source,
 )
-from boundary.telemetry.names import EXECUTE, METRICS, PROJECT, PROJECTING, SECONDS_BUCKETS, Metric
+from boundary.telemetry.names import (
+    EXECUTE,
+    HEARTBEAT_LAG,
+    METRICS,
+    PROJECT,
+    PROJECTING,
+    SECONDS_BUCKETS,
+    Metric,
+)
 from boundary.telemetry.spans import (
     WorkerStep,
     sealed,
@@ -68,6 +76,7 @@ def configure(
 
 __all__ = [
     "EXECUTE",
+    "HEARTBEAT_LAG",
     "METRICS",
     "PROJECT",
     "PROJECTING",

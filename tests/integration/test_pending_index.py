@@ -174,3 +174,30 @@ def test_calls_projecting_are_counted_from_the_index_without_a_scan(
     assert store.count_projecting() == 3
     # Then nothing was scanned
     assert _scans(redis_client) == scans
+
+
+def test_heartbeat_lag_is_the_longest_silence_of_a_running_call(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    # Given no call running yet: no lag
+    quiet = create_projecting(store, "quiet", run_id="lag-a")
+    assert store.heartbeat_lag_s() is None
+    # When one tool started 500 s ago and beat 30 s ago, another started 60 s ago and never
+    # beat, and a third has not started (times as the long-tools scripts write them, in ms)
+    seconds, _ = redis_client.time()
+    now_ms = seconds * 1000
+    beating = create_projecting(store, "beating", run_id="lag-a")
+    silent = create_projecting(store, "silent", run_id="lag-b")
+    redis_client.hset(
+        keys.record_key(beating),
+        mapping={"started_at": now_ms - 500_000, "heartbeat_at": now_ms - 30_000},
+    )
+    redis_client.hset(keys.record_key(silent), mapping={"started_at": now_ms - 60_000})
+    # Then the lag is the silent call's, at least 60 s (not the not-started one's, nor 500 s)
+    lag = store.heartbeat_lag_s()
+    assert lag is not None and 60 <= lag < 400
+    # and once it is sealed, the beating call's
+    store.seal_error(silent, ErrorCode.TOOL_TIMEOUT)
+    lag = store.heartbeat_lag_s()
+    assert lag is not None and 30 <= lag < 60
+    assert quiet.tool_call_id == "quiet"
