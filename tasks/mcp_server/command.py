@@ -32,12 +32,22 @@ def mcp_command(
         str | None,
         typer.Option("--run", help="The run of requests whose _meta names none."),
     ] = None,
+    require_call_id: Annotated[
+        bool,
+        typer.Option(
+            "--require-call-id",
+            help="Refuse calls whose _meta names no tool-boundary/tool_call_id "
+            "(INVALID_TOOL_CALL_ID) instead of minting one.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the registry's tools over MCP (stdio or streamable HTTP), with durable Tasks.
 
     A request names its run (opened with ToolBoundary.open_run) in _meta
     "tool-boundary/run_id", or --run names one for the whole server. HTTP binds 127.0.0.1;
     any other address needs TOOL_BOUNDARY_MCP_TOKEN, sent by clients as a bearer token.
+    MCP has no call id: without --require-call-id the server mints one for a request whose
+    _meta names none (returned in the result's _meta).
     """
     if run is not None and not is_safe_id(run):
         _fail(f"run id {run!r} is not a safe identifier")
@@ -46,7 +56,7 @@ def mcp_command(
     except ImportError:
         _fail("the MCP server needs the mcp extra: pip install 'tool-boundary[mcp]'")
     try:
-        serve(transport, host=host, port=port, run_id=run)
+        serve(transport, host=host, port=port, run_id=run, require_call_id=require_call_id)
     except ConfigurationError as exc:
         _fail(exc.problem)
     except ValidationError as exc:

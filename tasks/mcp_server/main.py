@@ -35,7 +35,9 @@ def check_binding(host: str, settings: MCPSettings) -> str | None:
     return token or None
 
 
-def make_server(run_id: str | None, settings: MCPSettings) -> tuple[ToolBoundary, Server[object]]:
+def make_server(
+    run_id: str | None, settings: MCPSettings, *, list_tasks: bool = True
+) -> tuple[ToolBoundary, Server[object]]:
     from tasks.app import app
 
     boundary = get_runtime().boundary(CeleryDispatcher(app))
@@ -44,6 +46,11 @@ def make_server(run_id: str | None, settings: MCPSettings) -> tuple[ToolBoundary
         run_id=run_id,
         poll_interval_ms=settings.poll_interval_ms,
         call_wait_s=settings.call_wait_s,
+        progress_s=settings.progress_s,
+        task_support=settings.task_support,
+        tool_task_support=settings.tool_task_support,
+        require_call_id=settings.require_call_id,
+        list_tasks=list_tasks,
     )
 
 
@@ -55,7 +62,14 @@ async def _serve_stdio(server: Server[object], boundary: ToolBoundary) -> None:
         await boundary.aclose()
 
 
-def serve(transport: Transport, *, host: str, port: int, run_id: str | None) -> None:
+def serve(
+    transport: Transport,
+    *,
+    host: str,
+    port: int,
+    run_id: str | None,
+    require_call_id: bool = False,
+) -> None:
     """Runs the server until its input ends (stdio) or it is stopped (HTTP).
 
     Raises:
@@ -63,8 +77,12 @@ def serve(transport: Transport, *, host: str, port: int, run_id: str | None) -> 
             that cannot be loaded.
     """
     settings = MCPSettings()
+    if require_call_id:
+        settings.require_call_id = True
     token = check_binding(host, settings) if transport == "http" else None
-    boundary, server = make_server(run_id, settings)
+    # Over HTTP without a token requesters cannot be told apart: no tasks/list (the spec).
+    list_tasks = transport == "stdio" or token is not None
+    boundary, server = make_server(run_id, settings, list_tasks=list_tasks)
     if transport == "stdio":
         anyio.run(_serve_stdio, server, boundary)
         return

@@ -270,7 +270,8 @@ class BoundaryMCP:
         """Waits for the outcome up to ``call_wait_s``; meanwhile, when the request carries a
         ``progressToken``, sends ``notifications/progress`` at least every ``progress_s``: the
         tool's heartbeat fraction and message when it has them, a keep-alive otherwise."""
-        wants_progress = bool(ctx.meta and ctx.meta.get("progressToken") is not None)
+        raw_meta = (ctx.params or {}).get("_meta")
+        wants_progress = isinstance(raw_meta, dict) and raw_meta.get("progressToken") is not None
         deadline = time.monotonic() + self.call_wait_s
         ticks = 0
         last = 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -23,6 +24,14 @@ class MCPSettings(BaseSettings):
     poll_interval_ms: int = Field(default=500, gt=0)
     #: How long a plain (not task-augmented) ``tools/call`` waits before cancelling the call.
     call_wait_s: float = Field(default=600.0, gt=0)
+    #: Longest gap between two ``notifications/progress`` of a plain call that asked for them.
+    progress_s: float = Field(default=5.0, gt=0)
+    #: Every tool's ``execution.taskSupport`` on 2025-11-25 connections...
+    task_support: Literal["forbidden", "optional", "required"] = "optional"
+    #: ...unless named here, as JSON: ``{"slow_report": "required"}``.
+    tool_task_support: dict[str, Literal["forbidden", "optional", "required"]] = {}
+    #: Refuse calls whose ``_meta`` names no tool_call_id (``INVALID_TOOL_CALL_ID``).
+    require_call_id: bool = False
 
 
 def is_loopback(host: str) -> bool:
