@@ -265,3 +265,30 @@ def test_calls_are_counted_through_the_opentelemetry_metrics_api(
     after = [otel.count("tool_boundary.calls", **labels) for labels in (ready, failed, refused)]
     assert [a - b for a, b in zip(after, before, strict=True)] == [2, 1, 1]
     assert otel.count("gen_ai.execute_tool.duration", tool="lookup", code="") - executed_before == 2
+
+
+def test_asubmit_opens_one_submit_span_in_the_callers_trace(
+    celery_boundary: ToolBoundary, spans: otel.InMemorySpanExporter
+) -> None:
+    import asyncio
+
+    async def turn() -> tuple[int, ToolOutcome]:
+        with trace.get_tracer("agent").start_as_current_span("async turn") as span:
+            envelope = ToolCallEnvelope(
+                run_id=RUN.run_id,
+                tool_call_id="async-1",
+                tool_name="lookup",
+                arguments={"query": "async"},
+            )
+            outcome = await celery_boundary.ainvoke(envelope, RUN, timeout=30)
+            return span.get_span_context().trace_id, outcome
+
+    trace_id, outcome = asyncio.run(turn())
+
+    assert outcome.status.value == "READY"
+    found = spans_of(spans, "async-1", 3)
+    submits = [s for s in found if s.name.startswith("tool_boundary.submit")]
+    assert len(submits) == 1
+    assert {s.context.trace_id for s in found} == {trace_id}
+    execute = by_name(found)["execute_tool lookup"]
+    assert execute.parent is not None and execute.parent.span_id == submits[0].context.span_id
