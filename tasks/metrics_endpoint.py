@@ -130,7 +130,12 @@ def _serve_metrics(**_: Any) -> None:
     global _endpoint
     from tasks.runtime import get_runtime
 
-    runtime = get_runtime()
+    try:
+        runtime = get_runtime()
+    except Exception:
+        # Bad settings: ``tasks.calls._check_runtime`` stops the worker with one line; a
+        # traceback from here would only repeat it (or carry a URL).
+        return
     store = runtime.store
 
     def gauges() -> dict[str, float]:
