@@ -79,6 +79,7 @@ _STORE_RAW = load_script("store_raw")
 _SEAL = load_script("seal")
 _REQUEUE = load_script("requeue")
 _UNINDEX_RUN = load_script("unindex_run")
+_INDEX_RUN = load_script("index_run")
 
 
 def _due_keys(identities: list[str]) -> Iterator[CanonicalKey]:
@@ -126,6 +127,7 @@ class RedisCanonicalStore(CanonicalStore):
         self._seal = client.register_script(_SEAL)
         self._requeue = client.register_script(_REQUEUE)
         self._unindex_run = client.register_script(_UNINDEX_RUN)
+        self._index_runs = client.register_script(_INDEX_RUN)
         self._runs = RedisRuns(client, ttl_s, self._now_ms)
 
     @classmethod
@@ -175,16 +177,23 @@ class RedisCanonicalStore(CanonicalStore):
         )
         with _translated():
             created, detail = self._create(keys=run_keys, args=argv)
-        if self._cluster and int(created) == 1:
-            self._index_run(key.run_id)
-        return create_result(created, detail)
+        result = create_result(created, detail)
+        if self._cluster and result.seq is not None:
+            self._index_run(key.run_id, first=result.seq == 1)
+        return result
 
-    def _index_run(self, run_id: str) -> None:
-        """On a cluster (``create.lua`` cannot touch the index there: another hash slot),
+    def _index_run(self, run_id: str, *, first: bool) -> None:
+        """On a cluster (``create.lua`` cannot touch the indexes there: other hash slots),
         bumps the run in the pending-runs index, after its call is written (so a reaper never
-        drops a run whose pending call is about to exist). Best effort: the call is created
-        whatever happens here, and a failure must not make its caller think it was not (it
-        would neither dispatch it nor try again under the same id)."""
+        drops a run whose pending call is about to exist), and in the runs index (what
+        ``run_ids`` reads: ``index_run.lua``). Best effort: the call is created whatever
+        happens here, and a failure must not make its caller think it was not (it would
+        neither dispatch it nor try again under the same id)."""
+        try:
+            argv: list[str | int] = [run_id, int(self.ttl_s * 1000), "1" if first else "0"]
+            self._index_runs(keys=[keys.RUNS], args=argv)
+        except (redis.RedisError, OSError):
+            logger.warning("run %s not in the runs index (store error)", run_id)
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.zincrby(keys.PENDING_RUNS, 1, run_id)
@@ -392,16 +401,14 @@ class RedisCanonicalStore(CanonicalStore):
         return [keys.PENDING_RUNS, *(keys.pending_key(run_id) for run_id in run_ids)]
 
     def run_ids(self) -> Iterator[str]:
-        """On a single Redis, the runs index's members whose newest record has not expired
-        (no SCAN); on a cluster, every run's budget key by SCAN."""
-        if not self._cluster:  # the create script keeps the index (``keys.RUNS``)
-            with _translated():
-                live: list[str] = self.client.zrange(  # type: ignore[assignment]
-                    keys.RUNS, f"({ms(self.now())}", "+inf", byscore=True
-                )
-            yield from live
-            return
-        yield from self.scanned_run_ids()
+        """The runs index's members whose newest record has not expired: no SCAN. The create
+        script keeps the index (``keys.RUNS``); on a cluster ``index_run.lua`` does, right
+        after the create."""
+        with _translated():
+            live: list[str] = self.client.zrange(  # type: ignore[assignment]
+                keys.RUNS, f"({ms(self.now())}", "+inf", byscore=True
+            )
+        yield from live
 
     def scanned_run_ids(self) -> Iterator[str]:
         """Every run with a live budget key, by SCAN of the keyspace (what ``run_ids`` does on

@@ -190,3 +190,23 @@ def test_the_start_up_check_reads_every_primary_of_the_cluster(
     finally:
         node.config_set("maxmemory-policy", "noeviction")
         node.close()
+
+
+def test_runs_are_listed_from_the_runs_index_on_the_cluster_not_by_scan(
+    cluster: list[RedisServer],
+) -> None:
+    # Given runs created on the cluster, and a run key that no create indexed
+    store = RedisCanonicalStore.from_url(cluster[1].url, ttl_s=600, cluster=True)
+    created = [CanonicalKey(run_id=f"cl-listed-{n}", tool_call_id="c1") for n in range(RUNS)]
+    for key in created:
+        store.create(key, **create_terms(tool_name="lookup"))
+    store.client.hset(keys.budget_key("cl-unindexed"), "calls", 1)
+    # When the runs are listed
+    listed = set(store.run_ids())
+    # Then the created runs come from the index (scored by their records' expiry); the
+    # unindexed run key, which a SCAN would find, is not listed
+    indexed = dict(store.client.zrange(keys.RUNS, 0, -1, withscores=True))
+    assert {key.run_id for key in created} <= listed <= set(indexed)
+    assert "cl-unindexed" not in listed
+    assert "cl-unindexed" in set(store.scanned_run_ids())
+    assert 0 < store.client.pttl(keys.RUNS) <= 600_000

@@ -23,7 +23,8 @@
 --            record and compared with the one of a record already under this id
 -- KEYS[4] = pending-runs index  tb:pending-runs (optional: single-node Redis only; on a
 --           cluster it is in another hash slot, so the client bumps it with its own command)
--- KEYS[5] = runs index  tb:runs (optional, with KEYS[4]; on a cluster runs are found by SCAN)
+-- KEYS[5] = runs index  tb:runs (optional, with KEYS[4]; on a cluster the client runs
+--           index_run.lua on it after the create)
 --
 -- The runs index holds each run scored by the expiry of its newest record (its run keys live
 -- as long): a listing reads the members scored after now. A run's first create (seq 1) also
