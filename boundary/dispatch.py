@@ -6,6 +6,7 @@ import logging
 import threading
 from typing import Any, Protocol, runtime_checkable
 
+from boundary import telemetry
 from boundary.models import CanonicalKey, ToolOutcome
 from boundary.registry import ToolRegistry
 from boundary.steps import execute_step, project_step
@@ -66,9 +67,14 @@ class InProcessDispatcher:
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
 
-    def _run_steps(self, key: CanonicalKey) -> ToolOutcome | None:
-        execute_step(self._store, self._registry, key)
-        return project_step(self._store, self._registry, key)
+    def _run_steps(self, key: CanonicalKey, carrier: object = None) -> ToolOutcome | None:
+        # The same spans and figures as a worker's steps, in the caller's trace.
+        with telemetry.worker_step(telemetry.EXECUTE, key, carrier):
+            execute_step(self._store, self._registry, key)
+        with telemetry.worker_step(telemetry.PROJECT, key, carrier) as step:
+            outcome = project_step(self._store, self._registry, key)
+            step.outcome(outcome)
+        return outcome
 
     def dispatch(self, key: CanonicalKey) -> None:
         if self.inline:
@@ -78,13 +84,17 @@ class InProcessDispatcher:
         with self._lock:
             self._running[key.identity] = running
         thread = threading.Thread(
-            target=self._background, args=(key, running), name="tb-inprocess", daemon=True
+            target=self._background,
+            # A new thread starts with no trace context: the caller's goes along.
+            args=(key, running, telemetry.trace_headers()),
+            name="tb-inprocess",
+            daemon=True,
         )
         thread.start()
 
-    def _background(self, key: CanonicalKey, running: _Running) -> None:
+    def _background(self, key: CanonicalKey, running: _Running, carrier: object) -> None:
         try:
-            running.outcome = self._run_steps(key)
+            running.outcome = self._run_steps(key, carrier)
         except Exception:
             # A store failure under the steps: the record stays PROJECTING until the reaper
             # seals it, exactly as when a Celery worker's store fails.
