@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from boundary import (
     ErrorCode,
+    RedisCanonicalStore,
     RunContext,
     ToolBoundary,
     ToolCallEnvelope,
@@ -194,13 +195,37 @@ def test_no_span_holds_arguments_raw_responses_exception_text_or_urls(
     )
     assert failed.outcome is not None
     assert failed.outcome.error_code is ErrorCode.DISPATCH_FAILED
+    # and a store whose Redis URL holds a password and does not answer
+    lost_store = RedisCanonicalStore.from_url(
+        "redis://:hunter2-store@127.0.0.1:1/0", ttl_s=600, socket_connect_timeout=0.5
+    )
+    no_store = ToolBoundary(
+        store=lost_store, registry=celery_boundary.registry, dispatcher=dead.dispatcher
+    )
+    unstored = no_store.submit(
+        ToolCallEnvelope(
+            run_id=RUN.run_id, tool_call_id="leak-6", tool_name="lookup", arguments=planted
+        ),
+        RUN,
+    )
+    assert unstored.outcome is not None
+    assert unstored.outcome.error_code is ErrorCode.STORE_UNAVAILABLE
     for call_id, count in (("leak-1", 3), ("leak-2", 3), ("leak-3", 3), ("leak-4", 3)):
         assert len(spans_of(spans, call_id, count)) == count
 
     # Then no span name, attribute, event, link or status holds any of it
     everything = "\n".join(span.to_json() for span in spans.get_finished_spans())
-    assert "leak-5" in everything  # the audit reads the dispatch-failed call's span too
-    for secret in (SECRET, "hunter2-pass", "10.9.8.7", "Traceback", "secrets.py", "alpha"):
+    # the audit reads the dispatch-failed and store-unavailable calls' spans too
+    assert "leak-5" in everything and "leak-6" in everything
+    for secret in (
+        SECRET,
+        "hunter2-pass",
+        "hunter2-store",
+        "10.9.8.7",
+        "Traceback",
+        "secrets.py",
+        "alpha",
+    ):
         assert secret not in everything
     assert "tool broke" not in everything and "projector broke" not in everything
     for span in spans.get_finished_spans():
