@@ -182,7 +182,7 @@ class RedisCanonicalStore(CanonicalStore):
             self._index_run(key.run_id, first=result.seq == 1)
         return result
 
-    def _index_run(self, run_id: str, *, first: bool) -> None:
+    def _index_run(self, run_id: str, *, first: bool = False) -> None:
         """On a cluster (``create.lua`` cannot touch the indexes there: other hash slots),
         bumps the run in the pending-runs index, after its call is written (so a reaper never
         drops a run whose pending call is about to exist), and in the runs index (what
