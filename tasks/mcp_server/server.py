@@ -177,6 +177,8 @@ class BoundaryMCP:
         self.task_support: TaskSupport = task_support
         self.tool_task_support = dict(tool_task_support or {})
         self.require_call_id = require_call_id
+        #: ``tasks/list`` is served (off where requesters cannot be told apart).
+        self.list_tasks_enabled = True
         #: The auth context of requests with no HTTP request (stdio: one process, one session).
         self.session_owner = f"session-{uuid.uuid4().hex}"
         #: Status watchers of this process's tasks (kept so they are not collected).
@@ -439,6 +441,8 @@ class BoundaryMCP:
         """``tasks/list`` (2025-11-25): the requester's tasks, newest first, a page at a time
         from its index (never a SCAN); the cursor is opaque to the client."""
         _require_2025(ctx)
+        if not self.list_tasks_enabled:
+            raise MCPError(tasks_2025.METHOD_NOT_FOUND, "Method not found")
         owner = tasks_2025.requester(ctx, self.session_owner)
         after = _decode_cursor(params.cursor if params is not None else None)
         try:
@@ -498,10 +502,21 @@ def _require_2025(ctx: ServerRequestContext[Any, Any]) -> None:
 TASK_CALL_METHOD = "tool-boundary/tools-call-task"
 
 
+#: The HTTP header SEP-2663 mirrors a task request's ``taskId`` into, for routing.
+NAME_HEADER = "mcp-name"
+
+
 async def route_task_calls(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
     """Server middleware: a ``tools/call`` with ``params.task`` on a 2025-11-25 connection
-    goes to ``TASK_CALL_METHOD`` (same handler, same init gate and params validation)."""
+    goes to ``TASK_CALL_METHOD`` (same handler, same init gate and params validation); a
+    ``tasks/*`` request over HTTP whose ``Mcp-Name`` header names another task than its
+    ``taskId`` is refused (``-32602``), so a router and this server never disagree."""
     params = ctx.params
+    if ctx.method.startswith("tasks/") and params is not None and "taskId" in params:
+        headers = getattr(ctx.request, "headers", None)
+        name = headers.get(NAME_HEADER) if headers is not None else None
+        if name is not None and name != params.get("taskId"):
+            raise MCPError(INVALID_PARAMS, "Mcp-Name header does not match the task id")
     if (
         ctx.method == "tools/call"
         and tasks_2025.speaks_2025_tasks(ctx)
@@ -552,6 +567,7 @@ def build_server(
         require_call_id=require_call_id,
     )
     server = BoundaryServer(name, version="0.1.0", on_list_tools=_guarded(handlers.list_tools))
+    handlers.list_tasks_enabled = list_tasks
     if handlers.tasks.available:
         server.tasks_capability = tasks_2025.server_capability(list_tasks=list_tasks)
     server.add_request_handler(

@@ -1,0 +1,114 @@
+"""2025-11-25 Tasks over streamable HTTP against real server processes and a real worker: a task
+is its canonical record, so ``tasks/result`` answers from any process, across a SIGKILL and a
+restart; the SDK's client on 2025-11-25 and raw HTTP requests checked against the schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from boundary import RunContext
+from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
+from tasks.mcp_server.tasks_2025 import RELATED_TASK_META
+from tests.mcp.conftest import RUN_ID
+from tests.mcp.raw import check
+from tests.mcp.servers import HttpServer, http_client
+
+
+def meta(call_id: str) -> dict[str, Any]:
+    return {RUN_ID_META: RUN_ID, TOOL_CALL_ID_META: call_id}
+
+
+async def send(server: HttpServer, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One request through the SDK's client on a 2025-11-25 connection (its dispatcher: the
+    SDK's typed ``tools/call`` cannot receive a ``CreateTaskResult``)."""
+    async with http_client(server.url, mode="legacy") as client:
+        assert client.protocol_version == "2025-11-25"
+        answer: dict[str, Any] = await client.session._dispatcher.send_raw_request(
+            method, params, None
+        )
+        return answer
+
+
+def test_tasks_result_answers_from_a_restarted_server_and_from_another(
+    server_a: HttpServer, server_b: HttpServer, opened_run: RunContext
+) -> None:
+    # Given a slow task made through server A
+    created = anyio.run(
+        send,
+        server_a,
+        "tools/call",
+        {
+            "name": "sleepy",
+            "arguments": {"seconds": 2.5},
+            "task": {"ttl": 120000},
+            "_meta": meta("call-http-restart"),
+        },
+    )
+    check("CreateTaskResult", created)
+    task_id = created["task"]["taskId"]
+    # When A is killed (SIGKILL: nothing saved on the way out) and started again
+    server_a.restart()
+    # Then the new A waits for the call and answers its result
+    result = anyio.run(send, server_a, "tasks/result", {"taskId": task_id})
+    check("CallToolResult", result)
+    assert result["isError"] is False
+    assert result["_meta"][RELATED_TASK_META] == {"taskId": task_id}
+    # And B knows the task as completed, with the ttl asked for
+    task = anyio.run(send, server_b, "tasks/get", {"taskId": task_id})
+    check("GetTaskResult", task)
+    assert task["status"] == "completed" and task["ttl"] == 120000
+
+
+@pytest.mark.parametrize("name", ["another-task", ""])
+def test_an_mcp_name_header_naming_another_task_is_refused(
+    server_a: HttpServer, opened_run: RunContext, name: str
+) -> None:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        created = await send(
+            server_a,
+            "tools/call",
+            {"name": "lookup", "arguments": {"query": "x"}, "task": {}, "_meta": meta("call-n")},
+        )
+        task_id = created["task"]["taskId"]
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25",
+        }
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": task_id}}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            refused = await http.post(
+                server_a.url, json=body, headers={**headers, "Mcp-Name": name}
+            )
+            matching = await http.post(
+                server_a.url, json=body, headers={**headers, "Mcp-Name": task_id}
+            )
+        return refused.json(), matching.json()
+
+    refused, matching = anyio.run(scenario)
+    check("JSONRPCErrorResponse", refused)
+    assert refused["error"]["code"] == -32602
+    check("JSONRPCResultResponse", matching)
+    check("GetTaskResult", matching["result"])
+
+
+def test_http_without_a_token_offers_no_tasks_list(
+    server_a: HttpServer, opened_run: RunContext
+) -> None:
+    async def scenario() -> tuple[Any, Any]:
+        async with http_client(server_a.url, mode="legacy") as client:
+            capabilities = client.session.server_capabilities
+            try:
+                await client.session._dispatcher.send_raw_request("tasks/list", {}, None)
+            except Exception as exc:
+                return capabilities, exc
+        return capabilities, None
+
+    capabilities, refused = anyio.run(scenario)
+    # The spec: a server that cannot tell requesters apart should not offer tasks/list
+    assert capabilities.tasks is not None and capabilities.tasks.list is None
+    assert capabilities.tasks.cancel is not None
+    assert getattr(refused, "code", None) == -32601
