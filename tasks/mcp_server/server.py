@@ -237,7 +237,10 @@ class BoundaryMCP:
             tool_name=params.name,
             arguments=params.arguments if params.arguments is not None else {},
         )
-        submission = await self.calls.submit(envelope, run)
+        # Shielded: a cancellation that arrives while the call is being recorded and
+        # dispatched (its tool may already run) is handled below, with the call's key.
+        with anyio.CancelScope(shield=True):
+            submission = await self.calls.submit(envelope, run)
         out_meta = ids_meta(run_id, tool_call_id) if isinstance(tool_call_id, str) else None
         if submission.outcome is not None:
             return tool_result(submission.outcome, out_meta)

@@ -8,6 +8,7 @@ modelcontextprotocol/modelcontextprotocol at b0f60ba5409db7a6582440a7b473cc03988
 from __future__ import annotations
 
 import json
+import os
 import queue
 import subprocess
 import threading
@@ -41,14 +42,15 @@ class RawStdioClient:
     """One server process; requests by id, notifications kept in arrival order."""
 
     def __init__(self, env: dict[str, str], *args: str) -> None:
-        self.proc = subprocess.Popen(
-            server_command("--transport", "stdio", *args),
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        with open(os.environ.get("TB_RAW_LOG", os.devnull), "ab") as errors:
+            self.proc = subprocess.Popen(
+                server_command("--transport", "stdio", *args),
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+            )
         self._next_id = 0
         self._responses: dict[int, dict[str, Any]] = {}
         self._arrived = threading.Condition()
