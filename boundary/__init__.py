@@ -3,6 +3,7 @@
 No Celery here; ``tasks`` wires this to Celery.
 """
 
+from boundary.call_context import CallCancelled, CallInfo, current_call, heartbeat
 from boundary.core import ToolBoundary
 from boundary.dispatch import Dispatcher, InProcessDispatcher
 from boundary.errors import (
@@ -17,6 +18,7 @@ from boundary.errors import (
 from boundary.handle import RunBoundary
 from boundary.limits import Limits, canonical_json, utf8_size
 from boundary.models import (
+    CallProgress,
     CanonicalKey,
     CanonicalRecord,
     EvidenceStatus,
@@ -30,13 +32,16 @@ from boundary.models import (
     ToolOutcome,
 )
 from boundary.progress import RunProgressProjector
-from boundary.registry import Projector, ToolRegistry, ToolSpec, load_registry
+from boundary.registry import Projector, RetryPolicy, ToolRegistry, ToolSpec, load_registry
 from boundary.schema import SchemaError
 from boundary.steps import execute_step, project_step
 from boundary.store import CanonicalStore, RedisCanonicalStore
 
 __all__ = [
     "BoundaryError",
+    "CallCancelled",
+    "CallInfo",
+    "CallProgress",
     "CanonicalKey",
     "CanonicalRecord",
     "CanonicalStore",
@@ -53,6 +58,7 @@ __all__ = [
     "Projection",
     "Projector",
     "RedisCanonicalStore",
+    "RetryPolicy",
     "RunBoundary",
     "RunContext",
     "RunProgressProjector",
@@ -67,7 +73,9 @@ __all__ = [
     "ToolSpec",
     "ToolTimeout",
     "canonical_json",
+    "current_call",
     "execute_step",
+    "heartbeat",
     "load_registry",
     "project_step",
     "utf8_size",

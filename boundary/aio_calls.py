@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, cast
 from pydantic import ValidationError
 
 from boundary import telemetry
+from boundary.dispatch import dispatch_call
 from boundary.errors import ErrorCode, StoreError
 from boundary.models import (
+    CallProgress,
     CanonicalKey,
     ObservedFacts,
     RunContext,
@@ -48,14 +50,14 @@ def _left(give_up: float | None) -> float | None:
     return None if give_up is None else max(give_up - time.monotonic(), 0.0)
 
 
-async def _dispatch(boundary: ToolBoundary, key: CanonicalKey) -> None:
-    """The dispatcher's own ``adispatch`` when it has one, else its ``dispatch`` on a
-    thread (a Celery publish is blocking network I/O)."""
+async def _dispatch(boundary: ToolBoundary, key: CanonicalKey, queue: str) -> None:
+    """The dispatcher's own ``adispatch`` when it has one, else its dispatch on a thread
+    (a Celery publish is blocking network I/O)."""
     adispatch = getattr(boundary.dispatcher, "adispatch", None)
     if adispatch is not None:
         await adispatch(key)
     else:
-        await asyncio.to_thread(boundary.dispatcher.dispatch, key)
+        await asyncio.to_thread(dispatch_call, boundary.dispatcher, key, queue)
 
 
 @telemetry.traced_asubmit
@@ -92,7 +94,7 @@ async def _create_and_dispatch(
     if refused is not None:
         return refused
     try:
-        await _dispatch(boundary, key)
+        await _dispatch(boundary, key, prepared.queue)
     except Exception:
         # As in ``submit``: the call will never run; the exception's text is dropped.
         logger.warning("dispatch of %s failed; sealing DISPATCH_FAILED", key.identity)
@@ -163,7 +165,7 @@ async def _await(store: AsyncStore, key: CanonicalKey, give_up: float | None) ->
                     return done
                 left = _left(give_up)
                 if left is not None and left <= 0:
-                    return ToolOutcome.running(key.tool_call_id)
+                    return ToolOutcome.running(key.tool_call_id, CallProgress.of(record))
                 await watch.wait(RECHECK_S if left is None else min(left, RECHECK_S))
     except StoreError:
         return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)

@@ -14,10 +14,11 @@ from pydantic import ValidationError
 
 from boundary import telemetry
 from boundary.aio_calls import AsyncCalls
-from boundary.dispatch import Dispatcher, Revoker
+from boundary.dispatch import Dispatcher, Revoker, dispatch_call
 from boundary.errors import ErrorCode, StoreError
 from boundary.handle import DEFAULT_CALL_TIMEOUT_S, RunBoundary
 from boundary.models import (
+    CallProgress,
     CanonicalKey,
     InvocationStatus,
     ObservedFacts,
@@ -63,6 +64,8 @@ class Prepared:
 
     key: CanonicalKey
     create: CreateTerms
+    #: The queue of the tool's execute step (``ToolSpec.queue``).
+    queue: str
 
 
 class ToolBoundary(AsyncCalls):
@@ -136,7 +139,7 @@ class ToolBoundary(AsyncCalls):
         if refused is not None:
             return refused
         try:
-            self.dispatcher.dispatch(key)
+            dispatch_call(self.dispatcher, key, prepared.queue)
         except Exception:
             # Broker down, or anything else: the call will never run, so it must not stay
             # PROJECTING. The exception's text is dropped (it may hold a broker URL).
@@ -166,6 +169,7 @@ class ToolBoundary(AsyncCalls):
                 "max_run_calls": run.max_tool_calls,
                 "max_tool_calls": run.max_calls_per_tool.get(checked.spec.name),
             },
+            queue=checked.spec.queue,
         )
 
     def _refused(
@@ -252,7 +256,7 @@ class ToolBoundary(AsyncCalls):
             left = None if give_up is None else give_up - time.monotonic()
             if left is not None and left <= 0:
                 if read:
-                    return ToolOutcome.running(key.tool_call_id)
+                    return ToolOutcome.running(key.tool_call_id, CallProgress.of(record))
                 # Out of time before the first read (invoke's submit used it all): read once.
                 read = True
                 continue

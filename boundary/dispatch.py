@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Protocol, runtime_checkable
 
 from boundary import telemetry
 from boundary.models import CanonicalKey, ToolOutcome
-from boundary.registry import ToolRegistry
-from boundary.steps import execute_step, project_step
+from boundary.registry import DEFAULT_QUEUE, ToolRegistry
+from boundary.steps import AttemptSender, AttemptTerms, ExecuteResult, execute_step, project_step
 from boundary.store.base import CanonicalStore
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,15 @@ class Revoker(Protocol):
 
     def revoke(self, key: CanonicalKey) -> None:
         """Stops the call's steps that have not started; raises when it cannot reach them."""
+
+
+def dispatch_call(dispatcher: Dispatcher, key: CanonicalKey, queue: str = DEFAULT_QUEUE) -> None:
+    """Sends an accepted call's first attempt: to its tool's queue when the dispatcher
+    routes attempts (``AttemptSender``), else through its plain ``dispatch``."""
+    if isinstance(dispatcher, AttemptSender):
+        dispatcher.send_attempt(key, attempt=1, queue=queue)
+    else:
+        dispatcher.dispatch(key)
 
 
 class _Running:
@@ -67,18 +77,30 @@ class InProcessDispatcher:
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
 
-    def _run_steps(self, key: CanonicalKey, carrier: object = None) -> ToolOutcome | None:
+    def _run_steps(
+        self, key: CanonicalKey, attempt: int = 1, carrier: object = None
+    ) -> ToolOutcome | None:
         # The same spans and figures as a worker's steps, in the caller's trace.
+        terms = AttemptTerms(sender=self)
         with telemetry.worker_step(telemetry.EXECUTE, key, carrier):
-            execute_step(self._store, self._registry, key)
+            executed = execute_step(self._store, self._registry, key, attempt=attempt, terms=terms)
+        if executed is ExecuteResult.HANDED_ON:
+            return None  # the next attempt projects the call
         with telemetry.worker_step(telemetry.PROJECT, key, carrier) as step:
             outcome = project_step(self._store, self._registry, key)
             step.outcome(outcome)
         return outcome
 
     def dispatch(self, key: CanonicalKey) -> None:
-        if self.inline:
-            self._run_steps(key)
+        self.send_attempt(key, attempt=1, queue=DEFAULT_QUEUE)
+
+    def send_attempt(
+        self, key: CanonicalKey, *, attempt: int, queue: str, countdown_s: float = 0.0
+    ) -> None:
+        """Runs attempt ``attempt`` (queues mean nothing in one process); a retry's backoff
+        is waited on its own thread."""
+        if self.inline and not countdown_s:
+            self._run_steps(key, attempt)
             return
         running = _Running()
         with self._lock:
@@ -86,22 +108,32 @@ class InProcessDispatcher:
         thread = threading.Thread(
             target=self._background,
             # A new thread starts with no trace context: the caller's goes along.
-            args=(key, running, telemetry.trace_headers()),
+            args=(key, running, attempt, countdown_s, telemetry.trace_headers()),
             name="tb-inprocess",
             daemon=True,
         )
         thread.start()
 
-    def _background(self, key: CanonicalKey, running: _Running, carrier: object) -> None:
+    def _background(
+        self,
+        key: CanonicalKey,
+        running: _Running,
+        attempt: int,
+        countdown_s: float,
+        carrier: object,
+    ) -> None:
         try:
-            running.outcome = self._run_steps(key, carrier)
+            if countdown_s:
+                time.sleep(countdown_s)
+            running.outcome = self._run_steps(key, attempt, carrier)
         except Exception:
             # A store failure under the steps: the record stays PROJECTING until the reaper
             # seals it, exactly as when a Celery worker's store fails.
             logger.warning("in-process steps of %s failed", key.identity)
         finally:
             with self._lock:
-                self._running.pop(key.identity, None)
+                if self._running.get(key.identity) is running:
+                    del self._running[key.identity]
             running.done.set()
 
     def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:

@@ -141,10 +141,60 @@ class CanonicalRecord(_Frozen):
     #: The call's fingerprint (``boundary.fingerprint.request_sha256``), set once at create;
     #: ``None`` for a record written before fingerprints existed.
     request_sha256: str | None = None
+    #: Which send of the call's execute step is current: 1, then one more per retry (and per
+    #: re-send of a message that never reached a worker). Budgets count the call once.
+    attempt: int = 1
+    #: When the current attempt's tool started (``None``: not started yet).
+    started_at: datetime | None = None
+    #: The tool's last stored heartbeat in this attempt.
+    heartbeat_at: datetime | None = None
+    #: The tool's last reported fraction done (0..1) and status line (agent-visible).
+    progress: float | None = None
+    progress_message: str | None = None
 
     @property
     def key(self) -> CanonicalKey:
         return CanonicalKey(run_id=self.run_id, tool_call_id=self.tool_call_id)
+
+
+class CallProgress(_Frozen):
+    """How far a running call got, as its tool last reported (``heartbeat()``).
+
+    Shown to people and agents while the call is PROJECTING: ``message`` is the tool's own
+    short status line (documented as agent-visible), never raw data.
+    """
+
+    fraction: float | None = None
+    message: str | None = None
+    attempt: int = 1
+    started_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+
+    @classmethod
+    def of(cls, record: CanonicalRecord | None) -> CallProgress | None:
+        """The progress of a PROJECTING record whose tool has started; else ``None``."""
+        if (
+            record is None
+            or record.status is not InvocationStatus.PROJECTING
+            or record.started_at is None
+        ):
+            return None
+        return cls(
+            fraction=record.progress,
+            message=record.progress_message,
+            attempt=record.attempt,
+            started_at=record.started_at,
+            heartbeat_at=record.heartbeat_at,
+        )
+
+    def as_agent_view(self) -> dict[str, Any]:
+        """What a model reads of it: the fraction, the message and the attempt."""
+        view: dict[str, Any] = {"attempt": self.attempt}
+        if self.fraction is not None:
+            view["fraction"] = self.fraction
+        if self.message is not None:
+            view["message"] = self.message
+        return view
 
 
 class Projection(_Frozen):
@@ -171,6 +221,9 @@ class ToolOutcome(_Frozen):
     #: keyword the arguments failed (``/properties/limit/maximum``). Comes from the schema,
     #: never from the arguments, so it holds no value the model sent.
     error_path: str | None = None
+    #: While PROJECTING, how far the running tool got (``None`` once sealed, and before the
+    #: tool starts).
+    progress: CallProgress | None = None
 
     @property
     def error_message(self) -> str | None:
@@ -210,6 +263,9 @@ class ToolOutcome(_Frozen):
             if self.error_path is not None:
                 error["error_path"] = self.error_path
             return _canonical(error)
+        if self.progress is not None:
+            running = {"status": "PROJECTING", "message": _PENDING_NOTE}
+            return _canonical(running | {"progress": self.progress.as_agent_view()})
         return PENDING_TEXT
 
     @classmethod
@@ -225,10 +281,13 @@ class ToolOutcome(_Frozen):
         )
 
     @classmethod
-    def running(cls, tool_call_id: str | None) -> ToolOutcome:
+    def running(cls, tool_call_id: str | None, progress: CallProgress | None = None) -> ToolOutcome:
         """The outcome of a wait that ran out while the call was still PROJECTING."""
         return cls(
-            tool_call_id=tool_call_id, status=InvocationStatus.PROJECTING, evidence_status=None
+            tool_call_id=tool_call_id,
+            status=InvocationStatus.PROJECTING,
+            evidence_status=None,
+            progress=progress,
         )
 
 
@@ -239,12 +298,8 @@ def _canonical(value: Any) -> str:
 
 
 #: What a model is told about a call that is still running (``ToolOutcome.as_text``).
-PENDING_TEXT = _canonical(
-    {
-        "status": "PROJECTING",
-        "message": "The call is still running; ask again for this tool_call_id.",
-    }
-)
+_PENDING_NOTE = "The call is still running; ask again for this tool_call_id."
+PENDING_TEXT = _canonical({"status": "PROJECTING", "message": _PENDING_NOTE})
 
 
 class Submission(_Frozen):

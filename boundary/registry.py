@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 from jsonschema.protocols import Validator
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from boundary.errors import ConfigurationError
+from boundary.errors import ConfigurationError, ErrorCode
 from boundary.models import Projection
 from boundary.schema import (
     ANY_OBJECT,
@@ -22,6 +22,8 @@ from boundary.schema import (
 
 #: Default time a tool may run, in seconds.
 DEFAULT_TIMEOUT_S = 30.0
+#: The queue a tool's execute step goes to unless its spec names another.
+DEFAULT_QUEUE = "tools"
 
 Executor = Callable[[dict[str, Any]], Any]
 
@@ -31,6 +33,46 @@ class Projector(Protocol):
     """Turns a raw response into a small, safe ``Projection``. Must be a pure function."""
 
     def project(self, raw: Any, request: dict[str, Any]) -> Projection | Mapping[str, Any]: ...
+
+
+#: What a retry policy retries by default: the failures of infrastructure and time.
+RETRYABLE_BY_DEFAULT = frozenset({ErrorCode.WORKER_LOST, ErrorCode.TOOL_TIMEOUT})
+
+
+class RetryPolicy(BaseModel):
+    """How often a read-only tool's call is run again when an attempt is lost or times out.
+
+    A retry runs under the same canonical record (same run and tool_call_id, ``attempt`` + 1,
+    a new Celery message), never as a new call: budgets count the call once, at most one raw
+    response is kept, and the last attempt's failure is what gets sealed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Attempts in all, the first included (1: never retried).
+    max_attempts: int = Field(default=1, ge=1, le=100)
+    #: Pause before the second attempt, seconds; doubles per attempt.
+    backoff_s: float = Field(default=1.0, ge=0)
+    #: Longest pause between two attempts, seconds.
+    max_backoff_s: float = Field(default=60.0, ge=0)
+    #: The codes an attempt may end with and still be retried.
+    retry_on: frozenset[ErrorCode] = RETRYABLE_BY_DEFAULT
+
+    @field_validator("retry_on")
+    @classmethod
+    def _only_retryable(cls, value: frozenset[ErrorCode]) -> frozenset[ErrorCode]:
+        if not value <= RETRYABLE_BY_DEFAULT:
+            raise ValueError("retry_on may hold only WORKER_LOST and TOOL_TIMEOUT")
+        return value
+
+    def retries(self, code: ErrorCode, attempts_made: int) -> bool:
+        """Whether an attempt that ended with ``code`` is run again, ``attempts_made`` of
+        ``max_attempts`` having run."""
+        return code in self.retry_on and attempts_made < self.max_attempts
+
+    def backoff(self, attempts_made: int) -> float:
+        """Seconds to wait before attempt ``attempts_made + 1``."""
+        return float(min(self.backoff_s * 2 ** max(attempts_made - 1, 0), self.max_backoff_s))
 
 
 class ToolSpec(BaseModel):
@@ -53,6 +95,19 @@ class ToolSpec(BaseModel):
     description: str = ""
     #: A JSON Schema object for the arguments, or ``None`` for any JSON object.
     input_schema: dict[str, Any] | None = None
+    #: The tool calls ``heartbeat()`` at least this often, seconds: a running call silent for
+    #: longer is lost (its worker died) and is retried or sealed WORKER_LOST within seconds.
+    #: ``None``: the tool does not heartbeat, and a call is judged lost only past its
+    #: ``max_pending_s`` (and grace).
+    heartbeat_timeout_s: float | None = Field(default=None, gt=0)
+    #: How lost or timed-out attempts are run again (default: never).
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    #: The Celery queue of the tool's execute step: long tools get a queue (and workers) of
+    #: their own, so short calls never wait behind them.
+    queue: str = Field(default=DEFAULT_QUEUE, min_length=1, max_length=128, pattern=r"^[\w.-]+$")
+    #: Runs of this tool at once per worker process (``None``: no bound of its own). Runs past
+    #: it wait for a slot within their time limit, so a hung tool cannot hold every thread.
+    max_concurrency: int | None = Field(default=None, ge=1)
 
     #: ``input_schema`` and its compiled validator: built once, reused by every call, and
     #: built again if the schema object is replaced (``model_copy(update=...)`` copies this).
@@ -84,12 +139,14 @@ class ToolSpec(BaseModel):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         name: str | None = None,
         description: str | None = None,
+        **options: Any,
     ) -> ToolSpec:
         """A spec declared by a typed function: its name, its docstring's first paragraph
         as the description, and its parameters (by pydantic) as ``input_schema``.
 
         The executor validates the arguments into the parameters' types and calls ``fn``
-        with them as keywords; ``fn`` returns the JSON-able raw response.
+        with them as keywords; ``fn`` returns the JSON-able raw response. ``options`` are
+        the other fields (``heartbeat_timeout_s``, ``retry``, ``queue``, ``max_concurrency``).
         """
         schema, executor = function_arguments(fn)
         return cls(
@@ -100,6 +157,7 @@ class ToolSpec(BaseModel):
             timeout_s=timeout_s,
             description=first_paragraph(fn.__doc__) if description is None else description,
             input_schema=schema,
+            **options,
         )
 
     def schema_violation(self, arguments: Mapping[str, Any]) -> str | None:

@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
 from boundary import telemetry
+from boundary.call_context import DEFAULT_HEARTBEAT_INTERVAL_S, CallCancelled, CallScope, Ended
 from boundary.diagnostics import Diagnostic, Stage
 from boundary.errors import ErrorCode, ToolTimeout
 from boundary.handover import process_handover
@@ -31,13 +33,20 @@ from boundary.models import (
     Projection,
     ToolOutcome,
 )
-from boundary.registry import ToolRegistry
+from boundary.registry import ToolRegistry, ToolSpec
 from boundary.store.base import CanonicalStore, WriteStatus
-from boundary.tool_threads import DEFAULT_MAX_TOOL_THREADS, limit_tool_threads, run_bounded
+from boundary.tool_threads import (
+    DEFAULT_MAX_TOOL_THREADS,
+    ToolThreadsExhausted,
+    limit_tool_threads,
+    run_bounded,
+)
 
 __all__ = [
     "DEFAULT_MAX_TOOL_THREADS",
     "DEFAULT_PROJECTION_TIMEOUT_S",
+    "AttemptSender",
+    "AttemptTerms",
     "ExecuteResult",
     "execute_step",
     "limit_tool_threads",
@@ -62,6 +71,33 @@ class ExecuteResult(StrEnum):
     SEALED = "SEALED"
     #: The record is missing or expired.
     MISSING = "MISSING"
+    #: Another attempt runs the call (this one was stale, or handed it to the next attempt):
+    #: this attempt's project step must not run; the next attempt brings its own.
+    HANDED_ON = "HANDED_ON"
+
+
+@runtime_checkable
+class AttemptSender(Protocol):
+    """Sends a call's execute step again, for its next attempt (a dispatcher can)."""
+
+    def send_attempt(
+        self, key: CanonicalKey, *, attempt: int, queue: str, countdown_s: float = 0.0
+    ) -> None:
+        """Sends attempt ``attempt`` to ``queue`` after ``countdown_s``; raises on failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptTerms:
+    """How the execute step runs an attempt and hands a call to its next one."""
+
+    #: Sends the next attempt; ``None``: a call is never retried from here.
+    sender: AttemptSender | None = None
+    #: How long a retried attempt may wait in its queue before the reaper may judge it lost
+    #: (the boundary's ``max_pending_s``), and the grace past the run's deadline.
+    max_pending_s: float = 3600.0
+    reap_grace_s: float = 60.0
+    #: At most one heartbeat write per call per this many seconds.
+    heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
 
 
 def outcome_from_record(record: CanonicalRecord) -> ToolOutcome | None:
@@ -116,16 +152,21 @@ def execute_step(
     registry: ToolRegistry,
     key: CanonicalKey,
     *,
+    attempt: int = 1,
+    terms: AttemptTerms | None = None,
     timeout_errors: tuple[type[BaseException], ...] = (),
     now: datetime | None = None,
 ) -> ExecuteResult:
-    """Runs the call's tool once and keeps its complete raw response.
+    """Runs attempt ``attempt`` of the call's tool and keeps its complete raw response.
 
-    Idempotent: a record that already holds a raw response, or is sealed, is not run again.
-    The tool runs at most ``ToolSpec.timeout_s``, and never past the run's deadline.
-    ``timeout_errors`` are extra exception types that mean the tool ran out of time (e.g.
-    Celery's ``SoftTimeLimitExceeded``).
+    Idempotent: a record that already holds a raw response, or is sealed, is not run again;
+    a record that another attempt took over is left to it (``HANDED_ON``). The tool runs at
+    most ``ToolSpec.timeout_s``, never past the run's deadline, inside a call context
+    (``heartbeat()``, ``current_call()``). A timed-out attempt is sent again when the tool's
+    retry policy says so. ``timeout_errors`` are extra exception types that mean the tool ran
+    out of time (e.g. Celery's ``SoftTimeLimitExceeded``).
     """
+    terms = terms or AttemptTerms()
     record = store.get(key)
     if record is None:
         return ExecuteResult.MISSING
@@ -134,6 +175,8 @@ def execute_step(
         return ExecuteResult.SEALED
     if record.raw is not None:
         return ExecuteResult.STORED
+    if record.attempt != attempt:
+        return ExecuteResult.HANDED_ON
     if record.deadline is not None and now is None:
         # The store's clock, as for reap times: a worker's own clock may be off.
         now = store.now()
@@ -153,20 +196,82 @@ def execute_step(
     timeout_s = spec.timeout_s
     if record.deadline is not None:
         timeout_s = min(timeout_s, (record.deadline - now).total_seconds())
+    started = store.start(key, attempt=attempt, heartbeat_timeout_s=spec.heartbeat_timeout_s)
+    if started is not WriteStatus.OK:
+        return _NOT_STARTED[started]
+    scope = CallScope(
+        store,
+        key,
+        tool_name=tool,
+        attempt=attempt,
+        time_limit_s=timeout_s,
+        deadline=record.deadline,
+        heartbeat_timeout_s=spec.heartbeat_timeout_s,
+        interval_s=terms.heartbeat_interval_s,
+    )
     timeouts: tuple[type[BaseException], ...] = (*timeout_errors, ToolTimeout)
     telemetry.tool_starts(record)
     try:
-        raw = run_bounded(spec.executor, json.loads(record.request), timeout_s)
+        raw = run_bounded(
+            scope.runner(spec.executor),
+            json.loads(record.request),
+            timeout_s,
+            tool=tool,
+            max_concurrency=spec.max_concurrency,
+        )
+    except ToolThreadsExhausted:
+        # Every tool thread is held by hung runs: the tool never started here. Sent again
+        # (another worker, or this one once restarted, takes it) whatever the retry policy.
+        return _redispatch(store, key, spec, attempt, terms)
     except timeouts:
-        note = f"the tool ran past its time limit ({max(timeout_s, 0):.3g} s)"
-        code = ErrorCode.TOOL_TIMEOUT
-        _seal_error(store, key, code, _failed(tool, code, EXECUTE, note=note))
-        return ExecuteResult.SEALED
+        scope.end(Ended.TIME_UP)  # the tool's next heartbeat raises CallCancelled
+        by_deadline = timeout_s < spec.timeout_s
+        return _timed_out(
+            store,
+            key,
+            spec,
+            attempt=attempt,
+            terms=terms,
+            timeout_s=timeout_s,
+            retry=not by_deadline,
+        )
     except Exception as exc:
+        ended = scope.ended if isinstance(exc, CallCancelled) else None
+        if ended is Ended.SEALED:
+            return ExecuteResult.SEALED  # cancelled or reaped: the record decides
+        if ended is Ended.SUPERSEDED:
+            return ExecuteResult.HANDED_ON
+        if ended is Ended.TIME_UP:
+            by_deadline = timeout_s < spec.timeout_s
+            return _timed_out(
+                store,
+                key,
+                spec,
+                attempt=attempt,
+                terms=terms,
+                timeout_s=timeout_s,
+                retry=not by_deadline,
+            )
         # The exception's text may hold secrets: only its type and frame are kept and logged.
         code = ErrorCode.TOOL_EXECUTION_FAILED
         _seal_error(store, key, code, _failed(tool, code, EXECUTE, exc))
         return ExecuteResult.SEALED
+    return _keep_raw(store, record, raw)
+
+
+#: What the execute step does when its attempt could not start.
+_NOT_STARTED = {
+    WriteStatus.MISSING: ExecuteResult.MISSING,
+    WriteStatus.NOT_PROJECTING: ExecuteResult.SEALED,
+    WriteStatus.ALREADY_STORED: ExecuteResult.STORED,
+    WriteStatus.SUPERSEDED: ExecuteResult.HANDED_ON,
+    WriteStatus.REPLACED: ExecuteResult.HANDED_ON,
+}
+
+
+def _keep_raw(store: CanonicalStore, record: CanonicalRecord, raw: Any) -> ExecuteResult:
+    """Size-checks the raw response and keeps it in the record (never truncated)."""
+    key, tool = record.key, record.tool_name
     try:
         raw_text = canonical_json(raw)
         raw_size = utf8_size(raw_text)
@@ -195,6 +300,79 @@ def execute_step(
     if written is WriteStatus.MISSING:
         return ExecuteResult.MISSING
     return ExecuteResult.SEALED
+
+
+def _timed_out(
+    store: CanonicalStore,
+    key: CanonicalKey,
+    spec: ToolSpec,
+    *,
+    attempt: int,
+    terms: AttemptTerms,
+    timeout_s: float,
+    retry: bool,
+) -> ExecuteResult:
+    """The attempt ran past its time limit: the next attempt when the policy says so, else
+    the call is sealed TOOL_TIMEOUT."""
+    if retry and terms.sender is not None:
+        state = store.attempt_state(key)
+        made = state.tool_runs if state is not None else attempt
+        if spec.retry.retries(ErrorCode.TOOL_TIMEOUT, made):
+            backoff_s = spec.retry.backoff(made)
+            handed = _hand_on(store, key, spec, attempt=attempt, terms=terms, backoff_s=backoff_s)
+            if handed is not None:
+                return handed
+    note = f"the tool ran past its time limit ({max(timeout_s, 0):.3g} s)"
+    code = ErrorCode.TOOL_TIMEOUT
+    _seal_error(store, key, code, _failed(spec.name, code, EXECUTE, note=note))
+    return ExecuteResult.SEALED
+
+
+def _redispatch(
+    store: CanonicalStore, key: CanonicalKey, spec: ToolSpec, attempt: int, terms: AttemptTerms
+) -> ExecuteResult:
+    """The tool could not start here: the call goes back to its queue as a new attempt."""
+    if terms.sender is not None:
+        handed = _hand_on(
+            store, key, spec, attempt=attempt, terms=terms, backoff_s=0.0, redispatch=True
+        )
+        if handed is not None:
+            return handed
+    code = ErrorCode.WORKER_LOST
+    note = "every tool thread of the worker was held by hung tools"
+    _seal_error(store, key, code, _failed(spec.name, code, EXECUTE, note=note))
+    return ExecuteResult.SEALED
+
+
+def _hand_on(
+    store: CanonicalStore,
+    key: CanonicalKey,
+    spec: ToolSpec,
+    *,
+    attempt: int,
+    terms: AttemptTerms,
+    backoff_s: float,
+    redispatch: bool = False,
+) -> ExecuteResult | None:
+    """Moves the record to the next attempt and sends it; ``None`` when it could not be
+    sent (the caller seals the call instead)."""
+    assert terms.sender is not None
+    moved = store.retry_attempt(
+        key,
+        attempt=attempt,
+        reap_after_s=backoff_s + terms.max_pending_s,
+        reap_grace_s=terms.reap_grace_s,
+        redispatch=redispatch,
+    )
+    if isinstance(moved, WriteStatus):
+        return _NOT_STARTED.get(moved, ExecuteResult.SEALED)
+    try:
+        terms.sender.send_attempt(key, attempt=moved, queue=spec.queue, countdown_s=backoff_s)
+    except Exception:
+        logger.error("attempt %d of %s not sent", moved, key.identity)
+        return None
+    logger.warning("call %s: attempt %d sent (in %.3gs)", key.identity, moved, backoff_s)
+    return ExecuteResult.HANDED_ON
 
 
 def _validated(value: object) -> Projection | ErrorCode:

@@ -6,6 +6,8 @@ so Flower's "Failed" filter lists it (``tasks.failures``; ``docs/TASKS.md``)."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -16,11 +18,19 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome, telemetry
-from boundary.steps import execute_step, limit_tool_threads, project_step
+from boundary.steps import (
+    AttemptTerms,
+    ExecuteResult,
+    execute_step,
+    limit_tool_threads,
+    project_step,
+)
+from boundary.tool_threads import on_tool_threads_exhausted
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, REAP, app
+from tasks.dispatcher import CeleryDispatcher
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.failures import CodeOnlyFailures, ToolCallFailed
-from tasks.reaper import reap_once
+from tasks.reaper import Retries, reap_once
 from tasks.runtime import get_runtime
 from tasks.server_check import check_store_server
 from tasks.startup import StartupUnavailable, wait_for_services, worker_services
@@ -57,8 +67,30 @@ def _key(run_id: str, tool_call_id: str) -> CanonicalKey | None:
         return None
 
 
+_sender: CeleryDispatcher | None = None
+
+
+def attempt_sender() -> CeleryDispatcher:
+    """This process's sender of retries (made on first use, after the worker's config)."""
+    global _sender
+    if _sender is None:
+        _sender = CeleryDispatcher(app)
+    return _sender
+
+
+def attempt_terms() -> AttemptTerms:
+    settings = get_runtime().settings
+    return AttemptTerms(
+        sender=attempt_sender(),
+        max_pending_s=settings.max_pending_s,
+        reap_grace_s=settings.reap_grace_s,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+    )
+
+
 @app.task(
     name=EXECUTE,
+    bind=True,
     acks_late=True,
     # A killed worker process sends the task again, at most ``worker_lost_max_retries`` times
     # (a task annotation of the app's config); the step is idempotent, so a retry never runs a
@@ -68,19 +100,33 @@ def _key(run_id: str, tool_call_id: str) -> CanonicalKey | None:
     # Nothing of this step is worth storing, and a stored failure would carry a traceback.
     ignore_result=True,
 )
-def execute_tool(run_id: str, tool_call_id: str) -> str:
-    """Runs the call's tool and keeps its raw response in the record."""
+def execute_tool(task: Any, run_id: str, tool_call_id: str, attempt: int = 1) -> str:
+    """Runs attempt ``attempt`` of the call's tool and keeps its raw response in the record.
+
+    When another attempt has the call (this message is stale, or this attempt handed the
+    call to the next one), the chained project step is dropped: the current attempt's
+    message carries its own, so the project task of a call runs once.
+    """
     key = _key(run_id, tool_call_id)
     if key is None:
         return "INVALID_KEY"
     try:
         runtime = get_runtime()
-        with telemetry.worker_step(telemetry.EXECUTE, key, execute_tool.request):
-            return _retrying(
+        terms = attempt_terms()
+        with telemetry.worker_step(telemetry.EXECUTE, key, task.request):
+            executed = _retrying(
                 lambda: execute_step(
-                    runtime.store, runtime.registry, key, timeout_errors=(SoftTimeLimitExceeded,)
+                    runtime.store,
+                    runtime.registry,
+                    key,
+                    attempt=attempt,
+                    terms=terms,
+                    timeout_errors=(SoftTimeLimitExceeded,),
                 )
-            ).value
+            )
+        if executed is ExecuteResult.HANDED_ON:
+            task.request.chain = None
+        return executed.value
     except Exception as exc:
         # Only the type: the text may hold a URL or a payload.
         logger.error("execute %s failed: %s", key.identity, type(exc).__name__)
@@ -151,15 +197,23 @@ def reap_stuck_calls() -> dict[str, int]:
     try:
         runtime = get_runtime()
         settings = runtime.settings
+        retries = Retries(
+            registry=runtime.registry,
+            sender=attempt_sender(),
+            max_redispatches=settings.max_redispatches,
+            max_pending_s=settings.max_pending_s,
+            reap_grace_s=settings.reap_grace_s,
+        )
         reaped = reap_once(
             runtime.store,
             send_projection,
             retry_after_s=settings.projection_timeout_s + settings.reap_grace_s,
             max_reprojections=settings.max_reprojections,
+            retries=retries,
         )
     except Exception as exc:
         logger.error("reaper failed: %s", type(exc).__name__)
-        return {"due": 0, "sealed": 0, "reprojected": 0}
+        return {"due": 0, "sealed": 0, "reprojected": 0, "retried": 0}
     return reaped.as_dict()
 
 
@@ -214,6 +268,32 @@ def _check_runtime(**_: Any) -> None:
     for warning in warnings:
         logger.warning("tool-boundary worker: %s", warning)
     limit_tool_threads(runtime.settings.max_tool_threads)
+    on_tool_threads_exhausted(_stop_taking_work)
     logger.info(
         "tool-boundary worker: %d tool(s), longest timeout %.0fs", len(runtime.registry), longest
     )
+
+
+#: Set in a prefork pool's child processes (``worker_process_init`` fires only there).
+_in_pool_child = False
+
+
+@signals.worker_process_init.connect
+def _mark_pool_child(**_: Any) -> None:
+    global _in_pool_child
+    _in_pool_child = True
+
+
+def _stop_taking_work(max_threads: int) -> None:
+    """Every tool thread is held by a hung tool (logged once by the tool threads): a prefork
+    child ends so its parent starts a fresh one; any other pool's worker shuts down warmly
+    (its running tasks end within their time limits) for its supervisor to restart it."""
+    if _in_pool_child:
+        # After the current task returns: the parent replaces the child.
+        signals.task_postrun.connect(_exit_child, weak=False)
+        return
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _exit_child(**_: Any) -> None:
+    os._exit(0)

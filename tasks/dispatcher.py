@@ -62,17 +62,30 @@ class CeleryDispatcher:
         self.publisher = publisher_app(app)
 
     def dispatch(self, key: CanonicalKey) -> None:
-        """Sends the execute task with the project step riding in its ``chain`` option.
+        """Sends the call's first attempt to the ``tools`` queue (``send_attempt``)."""
+        self.send_attempt(key, attempt=1, queue=TOOLS_QUEUE)
+
+    def send_attempt(
+        self, key: CanonicalKey, *, attempt: int, queue: str, countdown_s: float = 0.0
+    ) -> None:
+        """Sends attempt ``attempt`` of the call: the execute task on ``queue`` (the tool's,
+        ``ToolSpec.queue``) with the project step riding in its ``chain`` option.
 
         This is the message ``(execute.si(...) | project.si(...)).apply_async()`` sends,
         field for field (headers, properties, body, the chained signature's options), built
-        without the canvas: no signatures to clone, freeze and prepare per call.
+        without the canvas: no signatures to clone, freeze and prepare per call. A retry
+        (``attempt`` > 1) is a new message with its own task id (``...:execute:<attempt>``);
+        every attempt's chain ends in the one project task id waiters wait on, and only the
+        attempt that keeps a raw response runs it.
         """
         ids = (key.run_id, key.tool_call_id)
         argsrepr = repr(ids)
-        execute_id = key.task_id("execute")
         # The caller's trace goes with both steps (W3C traceparent in the message headers).
         headers = telemetry.trace_headers()
+        execute_id = key.task_id("execute" if attempt == 1 else f"execute:{attempt}")
+        if queue == TOOLS_QUEUE:
+            queue = self.tools_queue
+        kwargs = {"attempt": attempt} if attempt != 1 else {}
         project = {
             "task": PROJECT,
             "args": list(ids),
@@ -94,16 +107,18 @@ class CeleryDispatcher:
             self.publisher.send_task(
                 EXECUTE,
                 args=ids,
+                kwargs=kwargs,
                 task_id=execute_id,
                 root_id=execute_id,
-                queue=self.tools_queue,
+                queue=queue,
+                countdown=countdown_s or None,
                 # The waiting app's id and task options (time limits), as the canvas would
                 # set them: the publisher only sends.
                 reply_to=self.app.thread_oid,
                 time_limit=getattr(execute, "time_limit", None),
                 soft_time_limit=getattr(execute, "soft_time_limit", None),
                 argsrepr=argsrepr,
-                kwargsrepr="{}",
+                kwargsrepr=repr(kwargs),
                 # The execute task's own option: its result is never stored nor awaited.
                 ignore_result=True,
                 chain=[project],
@@ -115,7 +130,8 @@ class CeleryDispatcher:
 
     def revoke(self, key: CanonicalKey) -> None:
         """Revokes both steps of a cancelled call: a worker drops them unstarted. A step that
-        already runs is not terminated (its record is sealed, so its return changes nothing)."""
+        already runs is not terminated: its tool stops at its next ``heartbeat()`` (the record
+        is sealed, so its return changes nothing)."""
         try:
             self.publisher.control.revoke([key.task_id("execute"), key.task_id("project")])
         except Exception:

@@ -2,8 +2,12 @@
 
 A call whose raw response is kept only lost the worker that was projecting it (killed between
 storing the raw response and sealing): its project step is sent again, a bounded number of
-times, instead of throwing a good response away as WORKER_LOST. Every other due call is sealed
-WORKER_LOST. Due is judged on the store's clock (Redis TIME), never this host's.
+times, instead of throwing a good response away as WORKER_LOST. A call whose tool never
+started (its message never reached a worker) is sent again, a bounded number of times,
+whatever its retry policy: nothing ran. A call whose tool started and went silent (past its
+heartbeat timeout, or its max pending time) is retried when its tool's policy retries
+WORKER_LOST. Every other due call is sealed WORKER_LOST. Due is judged on the store's clock
+(Redis TIME), never this host's.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from boundary import CanonicalKey, ErrorCode, telemetry
+from boundary import CanonicalKey, ErrorCode, ToolRegistry, telemetry
+from boundary.registry import DEFAULT_QUEUE
+from boundary.steps import AttemptSender
 from boundary.store import CanonicalStore, ReapDecision, WriteStatus
 
 logger = logging.getLogger(__name__)
@@ -23,9 +29,29 @@ class Reaped:
     due: int
     sealed: int
     reprojected: int
+    #: Calls handed to a new attempt (retried, or re-sent because they never started).
+    retried: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"due": self.due, "sealed": self.sealed, "reprojected": self.reprojected}
+        return {
+            "due": self.due,
+            "sealed": self.sealed,
+            "reprojected": self.reprojected,
+            "retried": self.retried,
+        }
+
+
+@dataclass(frozen=True)
+class Retries:
+    """How the reaper hands lost calls to a new attempt."""
+
+    registry: ToolRegistry
+    sender: AttemptSender
+    #: Re-sends of a call whose tool never started, before it is sealed WORKER_LOST.
+    max_redispatches: int
+    #: A new attempt's queue wait before it is due, and the grace past the run's deadline.
+    max_pending_s: float
+    reap_grace_s: float
 
 
 def reap_once(
@@ -34,17 +60,19 @@ def reap_once(
     *,
     retry_after_s: float,
     max_reprojections: int,
+    retries: Retries | None = None,
     limit: int = 1000,
 ) -> Reaped:
-    """One reaper pass: re-projects or seals each due call.
+    """One reaper pass: re-projects, retries or seals each due call.
 
     Args:
         reproject: sends the call's project step again (raises when it cannot).
         retry_after_s: when a re-projected call is due again if it is still PROJECTING.
         max_reprojections: re-projections of one call before it is sealed WORKER_LOST.
+        retries: how lost calls get a new attempt (``None``: they are sealed).
     """
     due = store.due_pending(limit=limit)
-    sealed = reprojected = 0
+    sealed = reprojected = retried = 0
     for key in due:
         decision = store.requeue_due(
             key, retry_after_s=retry_after_s, max_reprojections=max_reprojections
@@ -58,13 +86,56 @@ def reap_once(
                 # Cannot send it: the next pass tries again (the reap time moved on).
                 logger.error("re-projection of %s not sent: %s", key.identity, type(exc).__name__)
                 continue
-        if decision is ReapDecision.SEAL and (
-            store.seal_error(key, ErrorCode.WORKER_LOST) is WriteStatus.OK
-        ):
+        if decision is not ReapDecision.SEAL:
+            continue
+        if retries is not None and _next_attempt(store, key, retries):
+            retried += 1
+            continue
+        if store.seal_error(key, ErrorCode.WORKER_LOST) is WriteStatus.OK:
             sealed += 1
-    if sealed or reprojected:
+    if sealed or reprojected or retried:
         logger.warning(
-            "reaper: %d call(s) sealed WORKER_LOST, %d re-projected", sealed, reprojected
+            "reaper: %d call(s) sealed WORKER_LOST, %d re-projected, %d sent again",
+            sealed,
+            reprojected,
+            retried,
         )
     telemetry.reaped(sealed=sealed, reprojected=reprojected)
-    return Reaped(due=len(due), sealed=sealed, reprojected=reprojected)
+    return Reaped(due=len(due), sealed=sealed, reprojected=reprojected, retried=retried)
+
+
+def _next_attempt(store: CanonicalStore, key: CanonicalKey, retries: Retries) -> bool:
+    """Hands a lost call to its next attempt when it may have one; ``True`` when the call
+    is no longer this pass's to seal."""
+    state = store.attempt_state(key)
+    if state is None or state.has_raw:
+        return state is None  # sealed or gone meanwhile: nothing to seal
+    spec = retries.registry.get(state.tool_name)
+    if not state.started:
+        # Nothing ran: safe to send again whatever the policy, a bounded number of times.
+        if state.redispatches >= retries.max_redispatches:
+            return False
+        redispatch, backoff_s = True, 0.0
+    else:
+        if spec is None or not spec.retry.retries(ErrorCode.WORKER_LOST, state.tool_runs):
+            return False
+        redispatch, backoff_s = False, spec.retry.backoff(state.tool_runs)
+    moved = store.retry_attempt(
+        key,
+        attempt=state.attempt,
+        reap_after_s=backoff_s + retries.max_pending_s,
+        reap_grace_s=retries.reap_grace_s,
+        redispatch=redispatch,
+    )
+    if isinstance(moved, WriteStatus):
+        return True  # sealed, projected or moved on by someone else meanwhile
+    queue = spec.queue if spec is not None else DEFAULT_QUEUE
+    try:
+        retries.sender.send_attempt(key, attempt=moved, queue=queue, countdown_s=backoff_s)
+    except Exception as exc:
+        # The record waits for attempt ``moved``; unsent, it is due again after its queue
+        # wait and is then re-sent (bounded) or sealed.
+        logger.error("attempt %d of %s not sent: %s", moved, key.identity, type(exc).__name__)
+        return True
+    logger.warning("call %s lost: attempt %d sent", key.identity, moved)
+    return True

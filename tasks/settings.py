@@ -8,6 +8,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from boundary import ConfigurationError, Limits
+from boundary.call_context import DEFAULT_HEARTBEAT_INTERVAL_S
 from boundary.core import DEFAULT_MAX_PENDING_S, DEFAULT_REAP_GRACE_S
 from boundary.limits import LimitFields
 from boundary.steps import DEFAULT_MAX_TOOL_THREADS, DEFAULT_PROJECTION_TIMEOUT_S
@@ -43,8 +44,14 @@ class Settings(BaseSettings, LimitFields):
     #: the reaper may seal it WORKER_LOST.
     max_pending_s: float = Field(default=DEFAULT_MAX_PENDING_S, gt=0)
     reap_grace_s: float = Field(default=DEFAULT_REAP_GRACE_S, ge=0)
-    #: How often beat runs the reaper.
-    reap_interval_s: float = Field(default=30.0, gt=0)
+    #: How often beat runs the reaper: a call whose tool stopped heartbeating is found within
+    #: its ``heartbeat_timeout_s`` plus about this.
+    reap_interval_s: float = Field(default=5.0, gt=0)
+    #: A running tool's heartbeats write to the store at most once per this many seconds.
+    heartbeat_interval_s: float = Field(default=DEFAULT_HEARTBEAT_INTERVAL_S, gt=0)
+    #: Times the reaper sends a call again whose tool never started (its message never reached
+    #: a worker), whatever its retry policy, before it seals it WORKER_LOST.
+    max_redispatches: int = Field(default=2, ge=0)
     #: Redis broker: an unacknowledged message returns after this long. Must exceed the
     #: longest tool timeout, or a second worker would run a call that is still running.
     visibility_timeout_s: int = Field(default=3600, gt=0)

@@ -1,6 +1,7 @@
 """The canonical store: its interface and the Redis implementation."""
 
 from boundary.store.base import (
+    AttemptState,
     CanonicalStore,
     CreateResult,
     CreateStatus,
@@ -14,6 +15,7 @@ from boundary.store.base import (
 from boundary.store.redis import RedisCanonicalStore
 
 __all__ = [
+    "AttemptState",
     "CanonicalStore",
     "CreateResult",
     "CreateStatus",

@@ -128,6 +128,28 @@ class WriteStatus(StrEnum):
     #: The record under these ids is not the one the caller read (``created_at`` of a seal):
     #: that call expired and another with the same ids was created since. Nothing written.
     REPLACED = "REPLACED"
+    #: Another attempt of the call runs it now (start, heartbeat, retry): this one must stop.
+    SUPERSEDED = "SUPERSEDED"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptState:
+    """Where a PROJECTING call's attempts stand (what the reaper needs to retry it)."""
+
+    tool_name: str
+    #: The current attempt (1 for the first send).
+    attempt: int
+    #: Its tool started (and did not finish: no raw response is kept).
+    started: bool
+    #: A raw response is kept: the call needs projecting, not running.
+    has_raw: bool
+    #: Sends of a message that never reached a tool (they are not attempts of the tool).
+    redispatches: int
+
+    @property
+    def tool_runs(self) -> int:
+        """Attempts whose message was sent for the tool to run, re-sends left out."""
+        return self.attempt - self.redispatches
 
 
 class OpenRunStatus(StrEnum):
@@ -249,6 +271,50 @@ class CanonicalStore(ABC):
         """``progress`` of many runs at once (batch reprocessing). An implementation reads
         them in a few round trips; this default reads them one by one."""
         return {run_id: self.progress(run_id) for run_id in run_ids}
+
+    def start(
+        self, key: CanonicalKey, *, attempt: int, heartbeat_timeout_s: float | None
+    ) -> WriteStatus:
+        """Attempt ``attempt`` claims the call just before its tool runs: stamps
+        ``started_at`` with the store's clock; for a tool with a heartbeat timeout, the call is
+        due for the reaper once silent that long. ``SUPERSEDED`` when the record's attempt is
+        another (the message is stale: run nothing), ``ALREADY_STORED`` when a raw response is
+        kept. A store that does not track attempts starts every call."""
+        return WriteStatus.OK
+
+    def heartbeat(
+        self,
+        key: CanonicalKey,
+        *,
+        attempt: int,
+        progress: float | None,
+        message: str | None,
+        heartbeat_timeout_s: float | None,
+    ) -> WriteStatus:
+        """The running tool's sign of life and progress (``None``: unchanged). ``OK`` while
+        the call is the tool's to finish; ``NOT_PROJECTING``/``MISSING`` once sealed or gone,
+        ``SUPERSEDED`` once another attempt took over: the tool must stop."""
+        return WriteStatus.OK
+
+    def retry_attempt(
+        self,
+        key: CanonicalKey,
+        *,
+        attempt: int,
+        reap_after_s: float,
+        reap_grace_s: float,
+        redispatch: bool = False,
+    ) -> int | WriteStatus:
+        """Attempt ``attempt`` ended without a raw response: attempt ``attempt + 1`` takes the
+        record over (returned), due for the reaper ``reap_after_s`` from now (never past the
+        deadline + ``reap_grace_s``). ``redispatch``: the message never reached a tool (counted
+        apart from the tool's attempts). A ``WriteStatus`` when it cannot (sealed, gone, raw
+        kept: ``ALREADY_STORED``, moved on by someone else: ``SUPERSEDED``)."""
+        return WriteStatus.NOT_PROJECTING
+
+    def attempt_state(self, key: CanonicalKey) -> AttemptState | None:
+        """The PROJECTING call's attempts; ``None`` when sealed, missing or expired."""
+        return None
 
     def requeue_due(
         self, key: CanonicalKey, *, retry_after_s: float, max_reprojections: int

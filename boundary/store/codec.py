@@ -29,6 +29,7 @@ WRITE_CODES = {
     -1: WriteStatus.NOT_PROJECTING,
     -2: WriteStatus.ALREADY_STORED,
     -3: WriteStatus.REPLACED,
+    -4: WriteStatus.SUPERSEDED,
 }
 
 
@@ -48,6 +49,13 @@ def raw_result(code: Any) -> tuple[WriteStatus, datetime | None]:
     if written >= 1:
         return WriteStatus.OK, _from_ms(str(written))
     return WRITE_CODES[written], None
+
+
+def timed_result(code: Any) -> WriteStatus:
+    """The reply of a script that answers its write time (> 1) when it wrote, else a
+    ``WRITE_CODES`` code (``start.lua``, ``heartbeat.lua``)."""
+    written = int(code)
+    return WriteStatus.OK if written >= 1 else WRITE_CODES[written]
 
 
 def _from_ms(value: str | None) -> datetime | None:
@@ -74,6 +82,11 @@ PROGRESS_FIELDS = (
     "deadline",
     "diagnostic",
     "request_sha256",
+    "attempt",
+    "started_at",
+    "heartbeat_at",
+    "progress",
+    "progress_message",
 )
 
 
@@ -106,6 +119,11 @@ def decode_record(fields: dict[str, str]) -> CanonicalRecord:
             deadline=_from_ms(fields.get("deadline")),
             diagnostic=_diagnostic(fields.get("diagnostic")),
             request_sha256=fields.get("request_sha256") or None,
+            attempt=int(fields.get("attempt") or 1),
+            started_at=_from_ms(fields.get("started_at")),
+            heartbeat_at=_from_ms(fields.get("heartbeat_at")),
+            progress=float(fields["progress"]) if fields.get("progress") else None,
+            progress_message=fields.get("progress_message") or None,
         )
     except (KeyError, ValueError, ValidationError):
         # A record this code did not write: refuse it rather than guess.

@@ -30,6 +30,7 @@ from boundary.store.aio import AsyncRedisStore
 from boundary.store.base import (
     DEFAULT_TTL_S,
     AsyncStore,
+    AttemptState,
     CanonicalStore,
     CreateResult,
     CreateTerms,
@@ -55,6 +56,7 @@ from boundary.store.codec import (
     seal_result,
     with_in_flight,
 )
+from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
 from boundary.store.redis_runs import RedisRuns
 
@@ -129,6 +131,7 @@ class RedisCanonicalStore(CanonicalStore):
         self._unindex_run = client.register_script(_UNINDEX_RUN)
         self._index_runs = client.register_script(_INDEX_RUN)
         self._runs = RedisRuns(client, ttl_s, self._now_ms)
+        self._attempts = RedisAttempts(client)
 
     @classmethod
     def from_url(
@@ -291,6 +294,48 @@ class RedisCanonicalStore(CanonicalStore):
             run_id: with_in_flight(progress_entries(entries, found), in_flight[run_id], found)
             for run_id, entries in parsed.items()
         }
+
+    def start(
+        self, key: CanonicalKey, *, attempt: int, heartbeat_timeout_s: float | None
+    ) -> WriteStatus:
+        return self._attempts.start(key, attempt=attempt, heartbeat_timeout_s=heartbeat_timeout_s)
+
+    def heartbeat(
+        self,
+        key: CanonicalKey,
+        *,
+        attempt: int,
+        progress: float | None,
+        message: str | None,
+        heartbeat_timeout_s: float | None,
+    ) -> WriteStatus:
+        return self._attempts.heartbeat(
+            key,
+            attempt=attempt,
+            progress=progress,
+            message=message,
+            heartbeat_timeout_s=heartbeat_timeout_s,
+        )
+
+    def retry_attempt(
+        self,
+        key: CanonicalKey,
+        *,
+        attempt: int,
+        reap_after_s: float,
+        reap_grace_s: float,
+        redispatch: bool = False,
+    ) -> int | WriteStatus:
+        return self._attempts.retry_attempt(
+            key,
+            attempt=attempt,
+            reap_after_s=reap_after_s,
+            reap_grace_s=reap_grace_s,
+            redispatch=redispatch,
+        )
+
+    def attempt_state(self, key: CanonicalKey) -> AttemptState | None:
+        return self._attempts.attempt_state(key)
 
     def requeue_due(
         self, key: CanonicalKey, *, retry_after_s: float, max_reprojections: int

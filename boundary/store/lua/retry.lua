@@ -1,0 +1,42 @@
+-- retry: attempt n of a call ended without a raw response (it timed out, or its worker was
+-- lost, or its message never reached a worker); attempt n + 1 takes over the same record.
+-- Same record, same ids, budgets untouched: only the attempt counts up. The old attempt's
+-- heartbeats are refused from now on (heartbeat.lua answers -4), so it stops.
+--
+-- KEYS[1] = record key
+-- KEYS[2] = pending key     tb:{run}:pending
+-- ARGV[1] = attempt n (the one that ended)
+-- ARGV[2] = the new attempt's reap time, ms from now (its queue wait and backoff included)
+-- ARGV[3] = identity (run_id:tool_call_id)
+-- ARGV[4] = the counter to add one to: "retries" or "redispatches"
+-- ARGV[5] = reap grace, ms: the reap time is never later than the call's deadline + grace
+--
+-- Returns n + 1; 0 missing or expired; -1 not PROJECTING; -2 raw response stored (project
+-- it instead); -4 the record's attempt is not n (someone else moved it on).
+
+local status = redis.call("HGET", KEYS[1], "status")
+if not status then
+  return 0
+end
+if status ~= "PROJECTING" then
+  return -1
+end
+if redis.call("HEXISTS", KEYS[1], "raw") == 1 then
+  return -2
+end
+local attempt = tonumber(redis.call("HGET", KEYS[1], "attempt") or "1")
+if attempt ~= tonumber(ARGV[1]) then
+  return -4
+end
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local reap_at = now + tonumber(ARGV[2])
+local deadline = redis.call("HGET", KEYS[1], "deadline")
+if deadline and deadline ~= "" and tonumber(deadline) + tonumber(ARGV[5]) < reap_at then
+  reap_at = tonumber(deadline) + tonumber(ARGV[5])
+end
+redis.call("HDEL", KEYS[1], "started_at", "heartbeat_at", "progress", "progress_message")
+redis.call("HSET", KEYS[1], "attempt", attempt + 1)
+redis.call("HINCRBY", KEYS[1], ARGV[4], 1)
+redis.call("ZADD", KEYS[2], reap_at, ARGV[3])
+return attempt + 1

@@ -1,0 +1,101 @@
+"""A call's attempts in Redis: the execute step's start, the tool's heartbeats, and the
+retries that hand the same record to a new attempt. Each is one Lua script on the record (and
+the run's pending set, whose score is the call's reap time)."""
+
+from __future__ import annotations
+
+from boundary.models import CanonicalKey
+from boundary.store import keys
+from boundary.store._redis_common import RedisClient, load_script, translated
+from boundary.store.base import AttemptState, WriteStatus
+from boundary.store.codec import WRITE_CODES, timed_result
+
+_START = load_script("start")
+_HEARTBEAT = load_script("heartbeat")
+_RETRY = load_script("retry")
+
+
+def _ms(seconds: float | None) -> str | int:
+    """A duration in ms for a script, or "" for none."""
+    return "" if seconds is None else max(int(seconds * 1000), 1)
+
+
+def _fraction(progress: float | None) -> str:
+    # repr keeps every digit a float has; "" leaves the stored fraction as it is.
+    return "" if progress is None else repr(float(progress))
+
+
+class RedisAttempts:
+    """The attempt half of ``RedisCanonicalStore``."""
+
+    def __init__(self, client: RedisClient) -> None:
+        self._client = client
+        self._start = client.register_script(_START)
+        self._heartbeat = client.register_script(_HEARTBEAT)
+        self._retry = client.register_script(_RETRY)
+
+    def start(
+        self, key: CanonicalKey, *, attempt: int, heartbeat_timeout_s: float | None
+    ) -> WriteStatus:
+        run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
+        argv: list[str | int] = [attempt, _ms(heartbeat_timeout_s), key.identity]
+        with translated():
+            return timed_result(self._start(keys=run_keys, args=argv))
+
+    def heartbeat(
+        self,
+        key: CanonicalKey,
+        *,
+        attempt: int,
+        progress: float | None,
+        message: str | None,
+        heartbeat_timeout_s: float | None,
+    ) -> WriteStatus:
+        run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
+        argv: list[str | int] = [
+            attempt,
+            _fraction(progress),
+            message or "",
+            _ms(heartbeat_timeout_s),
+            key.identity,
+        ]
+        with translated():
+            return timed_result(self._heartbeat(keys=run_keys, args=argv))
+
+    def retry_attempt(
+        self,
+        key: CanonicalKey,
+        *,
+        attempt: int,
+        reap_after_s: float,
+        reap_grace_s: float,
+        redispatch: bool = False,
+    ) -> int | WriteStatus:
+        run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
+        argv: list[str | int] = [
+            attempt,
+            _ms(reap_after_s),
+            key.identity,
+            "redispatches" if redispatch else "retries",
+            int(reap_grace_s * 1000),
+        ]
+        with translated():
+            code = int(self._retry(keys=run_keys, args=argv))
+        return code if code > 1 else WRITE_CODES[code]
+
+    def attempt_state(self, key: CanonicalKey) -> AttemptState | None:
+        record = keys.record_key(key)
+        with translated():
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hmget(record, ["status", "tool_name", "attempt", "started_at", "redispatches"])
+            pipe.hexists(record, "raw")
+            (status, tool, attempt, started, redispatches), has_raw = pipe.execute()
+        if status != "PROJECTING" or not tool:
+            return None
+        return AttemptState(
+            tool_name=tool,
+            attempt=int(attempt or 1),
+            started=bool(started),
+            has_raw=bool(has_raw),
+            redispatches=int(redispatches or 0),
+        )
