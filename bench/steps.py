@@ -34,7 +34,7 @@ CALLS = 1_000
 ROUNDS = 5
 
 
-def run_on_this_thread(executor: Any, arguments: Any, timeout_s: float) -> Any:
+def run_on_this_thread(executor: Any, arguments: Any, timeout_s: float, **_: Any) -> Any:
     """``run_bounded`` without its tool thread, hence without a time limit: what the ablation
     (here and in the ``bench.inline`` worker) puts in its place."""
     return executor(arguments)

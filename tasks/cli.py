@@ -40,6 +40,7 @@ from tasks.commands.interrupts import (
     was_interrupted,
 )
 from tasks.commands.records import observe, runs, show
+from tasks.commands.watch import watch
 from tasks.exits import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -200,6 +201,7 @@ def reproject_command(
 cli.command()(interruptible(show))
 cli.command()(interruptible(runs))
 cli.command()(interruptible(observe))
+cli.command()(interruptible(watch))
 cli.command(name="reproject")(interruptible(reproject_command))
 cli.command()(interruptible(demo))
 cli.command("mcp")(mcp_command)

@@ -8,7 +8,15 @@ import threading
 import time
 from typing import Any
 
-from boundary import EvidenceStatus, Projection, ToolRegistry, ToolSpec
+from boundary import (
+    EvidenceStatus,
+    Projection,
+    RetryPolicy,
+    ToolRegistry,
+    ToolSpec,
+    current_call,
+    heartbeat,
+)
 
 #: Text that must never reach an agent, a task result or Flower.
 SECRET = "sk-live-SECRET-7f3a9c"
@@ -185,6 +193,65 @@ def suicide(arguments: dict[str, Any]) -> Any:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def beating(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A long tool that heartbeats: ``steps`` (``retry_steps`` on a retry) steps of ``step_s``
+    seconds, a heartbeat with its progress before each. Each step leaves a file ``<dir>/<call>-<attempt>-<i>`` (a side
+    effect a test can count after a cancel); on its way out it leaves ``...-<attempt>-exit``
+    naming why it left (``done``, ``cancelled``)."""
+    call = current_call()
+    assert call is not None
+    folder = arguments.get("dir")
+    steps = int(arguments.get("steps", 10))
+    if call.attempt > 1:  # a retry may be told to be quicker
+        steps = int(arguments.get("retry_steps", steps))
+    stem = f"{folder}/{call.tool_call_id}-{call.attempt}" if folder else None
+    why = "cancelled"
+    try:
+        for i in range(steps):
+            heartbeat(progress=i / steps, message=f"step {i} of {steps}")
+            if stem:
+                open(f"{stem}-{i}", "w").close()
+            time.sleep(float(arguments.get("step_s", 0.1)))
+        why = "done"
+    finally:
+        if stem:
+            with open(f"{stem}-exit", "w") as out:
+                out.write(why)
+    return {"hits": [{"id": f"beat-{call.attempt}", "attempt": call.attempt, "pid": os.getpid()}]}
+
+
+#: Set by a test to let ``beat_until_set`` return; it heartbeats until then.
+BEAT_GATE = threading.Event()
+
+
+def beat_until_set(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Reports half done with a message, then heartbeats until ``BEAT_GATE`` is set."""
+    while not BEAT_GATE.wait(0.05):
+        heartbeat(progress=0.5, message="half way: 5 of 10 pages")
+    return {"hits": [{"id": "beat-released"}]}
+
+
+def slow_first_time(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Overruns its time limit on attempt 1 (heartbeating, so it stops once given up on),
+    answers at once on attempt 2."""
+    call = current_call()
+    assert call is not None
+    while call.attempt == 1:
+        heartbeat(message="stuck")  # raises CallCancelled once the attempt was given up on
+        time.sleep(0.05)
+    return {"hits": [{"id": f"attempt-{call.attempt}"}]}
+
+
+#: ``hang`` calls wait on it (a test sets it when done, so their threads come back).
+HANG = threading.Event()
+
+
+def hang(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Hangs (never heartbeats) until ``HANG`` is set or ``seconds`` pass."""
+    HANG.wait(float(arguments.get("seconds", 600)))
+    return {"hits": [{"id": "unhung"}]}
+
+
 #: Every test tool's time limit unless it says otherwise: below the 10 s visibility timeout
 #: the worker-loss tests use (a worker refuses to start otherwise).
 TEST_TIMEOUT_S = 5.0
@@ -232,6 +299,24 @@ def build_registry() -> ToolRegistry:
             spec("leaky", leaky, SecretFreeProjector()),
             spec("writer", lookup, read_only=False),
             spec("suicide", suicide),
+            # Long-running tools: heartbeats, retries, their own queue, bounded concurrency.
+            spec(
+                "beating",
+                beating,
+                timeout_s=8.0,
+                heartbeat_timeout_s=2.0,
+                retry=RetryPolicy(max_attempts=2, backoff_s=0),
+            ),
+            spec("beating_once", beating, timeout_s=8.0, heartbeat_timeout_s=2.0),
+            spec("beat_until_set", beat_until_set, timeout_s=9.0, heartbeat_timeout_s=5.0),
+            spec(
+                "slow_first_time",
+                slow_first_time,
+                timeout_s=0.5,
+                retry=RetryPolicy(max_attempts=2, backoff_s=0),
+            ),
+            spec("hang", hang, timeout_s=0.3, max_concurrency=2),
+            spec("long_lookup", lookup, queue="long"),
         ]
     )
 

@@ -24,6 +24,7 @@ from boundary import (
     RunContext,
     ToolBoundary,
     ToolCallEnvelope,
+    ToolOutcome,
     ToolRegistry,
     ToolSpec,
 )
@@ -261,3 +262,12 @@ EXPIRY_COMMANDS = frozenset(
 
 def expiry_commands(commands: list[str]) -> list[str]:
     return [c for c in commands if c.split(" ", 1)[0] in EXPIRY_COMMANDS]
+
+
+def is_running(outcome: ToolOutcome, tool_call_id: str) -> bool:
+    """The outcome of a call still running, whatever progress its tool reported (a started
+    call's outcome carries a ``CallProgress`` of attempt 1)."""
+    progress = outcome.progress
+    if progress is not None and (progress.attempt != 1 or progress.started_at is None):
+        return False
+    return outcome.model_copy(update={"progress": None}) == ToolOutcome.running(tool_call_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -10,7 +11,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from boundary import CanonicalKey, CanonicalRecord, EvidenceStatus, ObservedFacts
+from boundary import (
+    CanonicalKey,
+    CanonicalRecord,
+    EvidenceStatus,
+    InvocationStatus,
+    ObservedFacts,
+)
 from boundary.diagnostics import Diagnostic
 from tasks.commands.common import (
     JsonFlag,
@@ -25,6 +32,7 @@ from tasks.commands.common import (
     require_id,
     settings_or_fail,
 )
+from tasks.commands.watch import call_view
 from tasks.exits import EXIT_NOT_FOUND
 from tasks.runs import observe_run
 
@@ -59,6 +67,11 @@ _SHOWN_FIELDS = (
     "created_at",
     "updated_at",
     "deadline",
+    "attempt",
+    "started_at",
+    "heartbeat_at",
+    "progress",
+    "progress_message",
     "request",
     "agent_result",
     "scope",
@@ -115,19 +128,48 @@ def show(
 # --- runs ---------------------------------------------------------------------------------
 
 
+#: Running calls ``runs`` names per run (the rest are counted).
+RUNNING_SHOWN = 3
+
+
+def _running_text(views: list[dict[str, Any]]) -> str:
+    parts = []
+    for view in views[:RUNNING_SHOWN]:
+        done = "queued" if not view["started"] else "started"
+        if view["fraction"] is not None:
+            done = f"{view['fraction']:.0%}"
+        parts.append(f"{view['tool_call_id']} {done}")
+    if len(views) > RUNNING_SHOWN:
+        parts.append(f"+{len(views) - RUNNING_SHOWN}")
+    return ", ".join(parts) or "-"
+
+
 def runs(as_json: JsonFlag = False) -> None:
-    """Every live run with its calls counted by status."""
+    """Every live run with its calls counted by status, and the progress of its calls in
+    flight (``watch RUN_ID`` follows them live)."""
     settings = settings_or_fail()
     with reaching(settings):
         store = open_store(settings)
         summaries = store.run_summaries(sorted(store.run_ids()))
-    rows = [
+        busy = [s.run_id for s in summaries if s.projecting]
+        entries = store.progress_many(busy) if busy else {}
+    now = datetime.now(UTC)
+    running = {
+        run_id: [
+            call_view(e.record, now)
+            for e in run_entries
+            if e.record is not None and e.record.status is InvocationStatus.PROJECTING
+        ]
+        for run_id, run_entries in entries.items()
+    }
+    rows: list[dict[str, Any]] = [
         {
             "run_id": s.run_id,
             "calls": s.calls,
             "ready": s.ready,
             "error": s.error,
             "projecting": s.projecting,
+            "running": running.get(s.run_id, []),
         }
         for s in summaries
     ]
@@ -137,9 +179,10 @@ def runs(as_json: JsonFlag = False) -> None:
     if not rows:
         typer.echo("no runs")
         return
-    table = Table("run", "calls", "ready", "error", "projecting")
+    table = Table("run", "calls", "ready", "error", "projecting", "running")
     for row in rows:
-        table.add_row(*(str(row[c]) for c in ("run_id", "calls", "ready", "error", "projecting")))
+        counts = (str(row[c]) for c in ("run_id", "calls", "ready", "error", "projecting"))
+        table.add_row(*counts, Text(printable(_running_text(row["running"]))))
     Console(highlight=False).print(table)
 
 

@@ -1,0 +1,138 @@
+"""``watch``: a run's calls in flight as live progress bars, until none is left running."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.text import Text
+
+from boundary import CallProgress, CanonicalRecord, InvocationStatus, RedisCanonicalStore
+from tasks.commands.common import (
+    JsonFlag,
+    RunArg,
+    dumps,
+    fail,
+    open_store,
+    printable,
+    reaching,
+    require_id,
+    settings_or_fail,
+)
+from tasks.exits import EXIT_NOT_FOUND
+
+#: Seconds between two reads of the run (``--interval``).
+DEFAULT_INTERVAL_S = 0.5
+
+
+def in_flight(store: RedisCanonicalStore, run_id: str) -> list[CanonicalRecord]:
+    """The run's PROJECTING calls, in acceptance order (one read of its progress and pending
+    sets and their records, no raw responses)."""
+    return [
+        entry.record
+        for entry in store.progress(run_id)
+        if entry.record is not None and entry.record.status is InvocationStatus.PROJECTING
+    ]
+
+
+def _age(moment: datetime | None, now: datetime) -> str:
+    return "-" if moment is None else f"{max((now - moment).total_seconds(), 0):.0f}s"
+
+
+def call_view(record: CanonicalRecord, now: datetime) -> dict[str, Any]:
+    """What ``watch`` (and ``runs``) say of one running call: never its request or raw."""
+    progress = CallProgress.of(record)
+    return {
+        "tool_call_id": record.tool_call_id,
+        "tool_name": record.tool_name,
+        "attempt": record.attempt,
+        "started": progress is not None,
+        "fraction": progress.fraction if progress else None,
+        "message": progress.message if progress else None,
+        "running_s": None
+        if record.started_at is None
+        else round((now - record.started_at).total_seconds(), 1),
+        "heartbeat_age_s": None
+        if record.heartbeat_at is None
+        else round((now - record.heartbeat_at).total_seconds(), 1),
+    }
+
+
+def _bars(views: list[dict[str, Any]], now: datetime, records: list[CanonicalRecord]) -> Group:
+    bars = Progress(
+        TextColumn("{task.fields[name]}"),
+        BarColumn(bar_width=30),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[note]}"),
+    )
+    for view, record in zip(views, records, strict=True):
+        fraction = view["fraction"]
+        if not view["started"]:
+            note = "queued"
+        else:
+            beat = _age(record.heartbeat_at, now)
+            note = f"attempt {view['attempt']}, running {_age(record.started_at, now)}"
+            note += f", heartbeat {beat} ago" if record.heartbeat_at else ""
+            if view["message"]:
+                note += f": {view['message']}"
+        # Per mille: rich counts steps in whole numbers.
+        bars.add_task(
+            "",
+            total=None if fraction is None else 1000,
+            completed=round((fraction or 0.0) * 1000),
+            name=printable(f"{view['tool_call_id']} {view['tool_name']}"),
+            note=printable(note),
+        )
+    return Group(bars)
+
+
+def watch(
+    run_id: RunArg,
+    interval: Annotated[
+        float,
+        typer.Option("--interval", min=0.05, help="Seconds between two reads of the run."),
+    ] = DEFAULT_INTERVAL_S,
+    as_json: JsonFlag = False,
+) -> None:
+    """The run's calls in flight as live progress bars (fraction, message, attempt, time since
+    start and since the last heartbeat), until none is left running. With --json, one JSON
+    line per read instead. Ctrl-C stops watching; the calls run on."""
+    require_id(run_id, "run id")
+    settings = settings_or_fail()
+    with reaching(settings):
+        store = open_store(settings)
+        if store.run_summary(run_id) is None:
+            fail(f"no run {run_id} (RECORD_NOT_FOUND)", EXIT_NOT_FOUND)
+        console = Console(highlight=False)
+        if as_json:
+            _watch_json(store, run_id, interval)
+            return
+        with Live(console=console, auto_refresh=False, transient=True) as live:
+            while True:
+                records = in_flight(store, run_id)
+                if not records:
+                    break
+                now = datetime.now(UTC)
+                live.update(_bars([call_view(r, now) for r in records], now, records))
+                live.refresh()
+                time.sleep(interval)
+        summary = store.run_summary(run_id)
+    if summary is not None:
+        console.print(
+            Text(f"run {run_id}: no call running; {summary.ready} ready, {summary.error} error")
+        )
+
+
+def _watch_json(store: RedisCanonicalStore, run_id: str, interval: float) -> None:
+    while True:
+        now = datetime.now(UTC)
+        records = in_flight(store, run_id)
+        typer.echo(dumps({"run_id": run_id, "running": [call_view(r, now) for r in records]}))
+        if not records:
+            return
+        time.sleep(interval)
