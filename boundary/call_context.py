@@ -92,6 +92,8 @@ def progress_message(message: object) -> str | None:
     anything else or nothing left."""
     if not isinstance(message, str):
         return None
+    if message.isascii() and message.isprintable() and len(message) <= MAX_PROGRESS_MESSAGE_BYTES:
+        return message or None  # the common case, without a look at each character
     kept = "".join(ch for ch in message if unicodedata.category(ch)[0] != "C")
     encoded = kept.encode("utf-8", errors="ignore")[:MAX_PROGRESS_MESSAGE_BYTES]
     text = encoded.decode("utf-8", errors="ignore")

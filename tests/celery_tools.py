@@ -195,9 +195,9 @@ def suicide(arguments: dict[str, Any]) -> Any:
 
 def beating(arguments: dict[str, Any]) -> dict[str, Any]:
     """A long tool that heartbeats: ``steps`` (``retry_steps`` on a retry) steps of ``step_s``
-    seconds, a heartbeat with its progress before each. Each step leaves a file ``<dir>/<call>-<attempt>-<i>`` (a side
-    effect a test can count after a cancel); on its way out it leaves ``...-<attempt>-exit``
-    naming why it left (``done``, ``cancelled``)."""
+    seconds, a heartbeat with its progress before each. Each step leaves a file
+    ``<dir>/<call>-<attempt>-<i>`` (a side effect a test can count after a cancel); on its way
+    out it leaves ``...-<attempt>-exit`` naming why it left (``done``, ``cancelled``)."""
     call = current_call()
     assert call is not None
     folder = arguments.get("dir")
@@ -316,6 +316,7 @@ def build_registry() -> ToolRegistry:
                 retry=RetryPolicy(max_attempts=2, backoff_s=0),
             ),
             spec("hang", hang, timeout_s=0.3, max_concurrency=2),
+            spec("hang_unbounded", hang, timeout_s=0.3),
             spec("long_lookup", lookup, queue="long"),
         ]
     )

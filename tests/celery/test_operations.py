@@ -41,7 +41,14 @@ def compose() -> dict[str, Any]:
 def test_compose_file_has_the_services_with_health_checks(compose: dict[str, Any]) -> None:
     assert set(compose) - COMPOSE_KEYS <= {k for k in compose if k.startswith("x-")}
     services = compose["services"]
-    assert set(services) == {"redis", "worker-tools", "worker-projections", "beat", "flower"}
+    assert set(services) == {
+        "redis",
+        "worker-tools",
+        "worker-long",
+        "worker-projections",
+        "beat",
+        "flower",
+    }
     for name, service in services.items():
         assert set(service) <= SERVICE_KEYS, name
         assert "image" in service or "build" in service, name
@@ -62,7 +69,8 @@ def test_compose_workers_cover_both_queues_and_settings_are_real(compose: dict[s
         for name, service in services.items()
         if name.startswith("worker-")
     }
-    assert queues == {TOOLS_QUEUE, PROJECTIONS_QUEUE}
+    # (``long``: the queue of long-running tools, ``ToolSpec(queue="long")``)
+    assert queues == {TOOLS_QUEUE, PROJECTIONS_QUEUE, "long"}
     fields = {f"TOOL_BOUNDARY_{name.upper()}" for name in Settings.model_fields}
     for service in services.values():
         assert set(service.get("environment", {})) <= fields
@@ -77,7 +85,7 @@ def procfile() -> dict[str, str]:
 
 def test_procfile_has_the_same_processes_as_compose(compose: dict[str, Any]) -> None:
     processes = procfile()
-    assert set(processes) == {"worker_tools", "worker_projections", "beat", "flower"}
+    assert set(processes) == {"worker_tools", "worker_long", "worker_projections", "beat", "flower"}
     assert {p.replace("_", "-") for p in processes} == set(compose["services"]) - {"redis"}
     for command in processes.values():
         # The venv's celery (the active one, else .venv's): no activated venv needed.

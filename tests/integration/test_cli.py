@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import redis
 from typer.testing import CliRunner, Result
 
 from boundary import (
+    ErrorCode,
     EvidenceStatus,
     Projection,
     RedisCanonicalStore,
@@ -180,11 +182,18 @@ def test_runs_lists_each_run_with_counts_by_status(
     listed = json.loads(invoke("runs", "--json").stdout)
     table = invoke("runs")
 
+    running = [row.pop("running") for row in listed]
     assert listed == [
         {"run_id": "run-1", "calls": 4, "ready": 2, "error": 1, "projecting": 1},
         {"run_id": "run-2", "calls": 1, "ready": 1, "error": 0, "projecting": 0},
     ]
+    # the call still PROJECTING is named (its tool has not started: no progress yet)
+    assert [[(r["tool_call_id"], r["started"], r["fraction"]) for r in rs] for rs in running] == [
+        [("c4", False, None)],
+        [],
+    ]
     assert table.exit_code == EXIT_OK
+    assert "c4 queued" in table.stdout
     assert "run-1" in table.stdout
     assert "run-2" in table.stdout
 
@@ -318,3 +327,47 @@ def test_console_script_prints_one_line_when_the_store_is_unreachable() -> None:
     assert done.returncode == EXIT_UNAVAILABLE
     assert done.stderr == ("error: the store at 127.0.0.1:1/0 is unreachable (STORE_UNAVAILABLE)\n")
     assert done.stdout == ""
+
+
+# --- watch ----------------------------------------------------------------------------------
+
+
+def test_watch_follows_the_calls_in_flight_until_none_is_running(
+    env: None, a_run: None, store: RedisCanonicalStore
+) -> None:
+    # Given a run with c4 in flight, its tool started and reporting progress
+    key = key_of("c4")
+    store.start(key, attempt=1, heartbeat_timeout_s=None)
+    store.heartbeat(key, attempt=1, progress=0.3, message="3 of 10", heartbeat_timeout_s=None)
+    # When c4 ends while the run is watched
+    ends = threading.Timer(0.5, lambda: store.seal_error(key, ErrorCode.CANCELLED))
+    ends.start()
+    result = invoke("watch", RUN_ID, "--json", "--interval", "0.1")
+    ends.join()
+    # Then each read named c4 with its progress until a read found nothing running
+    assert result.exit_code == EXIT_OK, result.stderr
+    reads = [json.loads(line) for line in result.stdout.splitlines()]
+    assert reads[-1] == {"run_id": RUN_ID, "running": []}
+    (first,) = reads[0]["running"]
+    assert (first["tool_call_id"], first["fraction"], first["message"]) == ("c4", 0.3, "3 of 10")
+    assert first["started"] is True and first["attempt"] == 1
+    # And the request and raw response never appear
+    assert "query" not in result.stdout and RAW_ONLY not in result.stdout
+
+
+def test_watch_of_an_unknown_run_fails_in_one_line(env: None, redis_client: redis.Redis) -> None:
+    result = invoke("watch", "no-such-run")
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert "no run no-such-run" in result.stderr
+
+
+def test_show_prints_the_attempt_and_the_progress_of_a_running_call(
+    env: None, a_run: None, store: RedisCanonicalStore
+) -> None:
+    key = key_of("c4")
+    store.start(key, attempt=1, heartbeat_timeout_s=None)
+    store.heartbeat(key, attempt=1, progress=0.75, message="nearly", heartbeat_timeout_s=None)
+    shown = json.loads(invoke("show", RUN_ID, "c4", "--json").stdout)
+    assert (shown["attempt"], shown["progress"], shown["progress_message"]) == (1, 0.75, "nearly")
+    assert shown["started_at"] and shown["heartbeat_at"]
+    assert "nearly" in invoke("show", RUN_ID, "c4").stdout
