@@ -205,6 +205,15 @@ class ToolRegistry:
         return len(self._specs)
 
     @property
+    def heartbeat_timeouts(self) -> dict[str, float]:
+        """Tool -> ``heartbeat_timeout_s`` of the tools that heartbeat."""
+        return {
+            spec.name: spec.heartbeat_timeout_s
+            for spec in self
+            if spec.heartbeat_timeout_s is not None
+        }
+
+    @property
     def longest_timeout_s(self) -> float:
         return max((spec.timeout_s for spec in self), default=DEFAULT_TIMEOUT_S)
 

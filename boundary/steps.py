@@ -34,7 +34,7 @@ from boundary.models import (
     ToolOutcome,
 )
 from boundary.registry import ToolRegistry, ToolSpec
-from boundary.store.base import CanonicalStore, WriteStatus
+from boundary.store.base import CanonicalStore, ClaimStatus, WriteStatus
 from boundary.tool_threads import (
     DEFAULT_MAX_TOOL_THREADS,
     ToolThreadsExhausted,
@@ -167,23 +167,17 @@ def execute_step(
     out of time (e.g. Celery's ``SoftTimeLimitExceeded``).
     """
     terms = terms or AttemptTerms()
-    record = store.get(key)
-    if record is None:
-        return ExecuteResult.MISSING
-    telemetry.step_record(record)
-    if record.status is not InvocationStatus.PROJECTING:
-        return ExecuteResult.SEALED
-    if record.raw is not None:
-        return ExecuteResult.STORED
-    if record.attempt != attempt:
-        return ExecuteResult.HANDED_ON
-    if record.deadline is not None and now is None:
-        # The store's clock, as for reap times: a worker's own clock may be off.
-        now = store.now()
-    if record.deadline is not None and now is not None and record.deadline <= now:
+    # One round trip: the claim reads the record and, when the tool may run, stamps it started
+    # (the store's clock; a tool with a heartbeat timeout is due once silent that long).
+    claim = store.claim(key, attempt=attempt, heartbeat_timeouts=registry.heartbeat_timeouts)
+    if claim.status is ClaimStatus.PAST_DEADLINE:
         # The deadline passed while the call waited for a worker: the tool never runs.
         _seal_error(store, key, ErrorCode.RUN_DEADLINE_EXCEEDED)
         return ExecuteResult.SEALED
+    if claim.record is None:
+        return _NOT_CLAIMED[claim.status]
+    record = claim.record
+    telemetry.step_record(record)
     spec = registry.get(record.tool_name)
     tool = record.tool_name
     if spec is None:
@@ -191,14 +185,11 @@ def execute_step(
         code = ErrorCode.TOOL_EXECUTION_FAILED
         _seal_error(store, key, code, _failed(tool, code, EXECUTE, note=NOT_REGISTERED))
         return ExecuteResult.SEALED
-    # The tool's own limit, cut short by the run's deadline.
-    now = now or datetime.now(UTC)
+    # The tool's own limit, cut short by the run's deadline (on the store's clock).
+    now = now or claim.now or datetime.now(UTC)
     timeout_s = spec.timeout_s
     if record.deadline is not None:
         timeout_s = min(timeout_s, (record.deadline - now).total_seconds())
-    started = store.start(key, attempt=attempt, heartbeat_timeout_s=spec.heartbeat_timeout_s)
-    if started is not WriteStatus.OK:
-        return _NOT_STARTED[started]
     scope = CallScope(
         store,
         key,
@@ -259,7 +250,15 @@ def execute_step(
     return _keep_raw(store, record, raw)
 
 
-#: What the execute step does when its attempt could not start.
+#: What the execute step answers when its claim did not start the tool.
+_NOT_CLAIMED = {
+    ClaimStatus.MISSING: ExecuteResult.MISSING,
+    ClaimStatus.SEALED: ExecuteResult.SEALED,
+    ClaimStatus.STORED: ExecuteResult.STORED,
+    ClaimStatus.SUPERSEDED: ExecuteResult.HANDED_ON,
+}
+
+#: What the execute step answers when its call could not be handed to the next attempt.
 _NOT_STARTED = {
     WriteStatus.MISSING: ExecuteResult.MISSING,
     WriteStatus.NOT_PROJECTING: ExecuteResult.SEALED,

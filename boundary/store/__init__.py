@@ -3,6 +3,8 @@
 from boundary.store.base import (
     AttemptState,
     CanonicalStore,
+    Claim,
+    ClaimStatus,
     CreateResult,
     CreateStatus,
     OpenRunStatus,
@@ -17,6 +19,8 @@ from boundary.store.redis import RedisCanonicalStore
 __all__ = [
     "AttemptState",
     "CanonicalStore",
+    "Claim",
+    "ClaimStatus",
     "CreateResult",
     "CreateStatus",
     "OpenRunStatus",

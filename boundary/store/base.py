@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Protocol, Required, TypedDict, Unpack
 from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode
 from boundary.limits import Limits
-from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus, RunContext
+from boundary.models import (
+    CanonicalKey,
+    CanonicalRecord,
+    EvidenceStatus,
+    InvocationStatus,
+    RunContext,
+)
 
 if TYPE_CHECKING:
     from boundary.store.notify import Watch
@@ -130,6 +136,32 @@ class WriteStatus(StrEnum):
     REPLACED = "REPLACED"
     #: Another attempt of the call runs it now (start, heartbeat, retry): this one must stop.
     SUPERSEDED = "SUPERSEDED"
+
+
+class ClaimStatus(StrEnum):
+    """What came of an execute step's claim on its call (``CanonicalStore.claim``)."""
+
+    #: The tool may run: the record is stamped started.
+    STARTED = "STARTED"
+    #: The record is missing or expired.
+    MISSING = "MISSING"
+    #: The record is sealed.
+    SEALED = "SEALED"
+    #: A raw response is kept: project it, run nothing.
+    STORED = "STORED"
+    #: Another attempt has the call: this message is stale.
+    SUPERSEDED = "SUPERSEDED"
+    #: The run's deadline passed while the call waited: the tool must not start.
+    PAST_DEADLINE = "PAST_DEADLINE"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    status: ClaimStatus
+    #: The record as the claim left it (``STARTED`` only).
+    record: CanonicalRecord | None = None
+    #: The store's clock at the claim (``STARTED`` only).
+    now: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,15 +304,29 @@ class CanonicalStore(ABC):
         them in a few round trips; this default reads them one by one."""
         return {run_id: self.progress(run_id) for run_id in run_ids}
 
-    def start(
-        self, key: CanonicalKey, *, attempt: int, heartbeat_timeout_s: float | None
-    ) -> WriteStatus:
-        """Attempt ``attempt`` claims the call just before its tool runs: stamps
-        ``started_at`` with the store's clock; for a tool with a heartbeat timeout, the call is
-        due for the reaper once silent that long. ``SUPERSEDED`` when the record's attempt is
-        another (the message is stale: run nothing), ``ALREADY_STORED`` when a raw response is
-        kept. A store that does not track attempts starts every call."""
-        return WriteStatus.OK
+    def claim(
+        self, key: CanonicalKey, *, attempt: int, heartbeat_timeouts: Mapping[str, float]
+    ) -> Claim:
+        """Attempt ``attempt`` claims the call just before its tool runs, and reads it: stamps
+        ``started_at`` with the store's clock; for a tool named in ``heartbeat_timeouts``
+        (tool -> seconds), the call is due for the reaper once silent that long. Not started
+        when missing, sealed, holding a raw response, taken over by another attempt (the
+        message is stale: run nothing) or past its deadline (see ``ClaimStatus``).
+
+        This default reads the record and stamps nothing (a store without scripts)."""
+        record = self.get(key)
+        if record is None:
+            return Claim(ClaimStatus.MISSING)
+        if record.status is not InvocationStatus.PROJECTING:
+            return Claim(ClaimStatus.SEALED)
+        if record.raw is not None:
+            return Claim(ClaimStatus.STORED)
+        if record.attempt != attempt:
+            return Claim(ClaimStatus.SUPERSEDED)
+        now = self.now()
+        if record.deadline is not None and record.deadline <= now:
+            return Claim(ClaimStatus.PAST_DEADLINE)
+        return Claim(ClaimStatus.STARTED, record, now)
 
     def heartbeat(
         self,

@@ -53,9 +53,14 @@ def raw_result(code: Any) -> tuple[WriteStatus, datetime | None]:
 
 def timed_result(code: Any) -> WriteStatus:
     """The reply of a script that answers its write time (> 1) when it wrote, else a
-    ``WRITE_CODES`` code (``start.lua``, ``heartbeat.lua``)."""
+    ``WRITE_CODES`` code (``heartbeat.lua``)."""
     written = int(code)
     return WriteStatus.OK if written >= 1 else WRITE_CODES[written]
+
+
+def from_ms(value: str | int | None) -> datetime | None:
+    """An epoch-ms time as a script or a record gives it; ``None`` for none."""
+    return _from_ms(None if value is None else str(value))
 
 
 def _from_ms(value: str | None) -> datetime | None:

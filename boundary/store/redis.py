@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Unpack
 
@@ -32,6 +32,7 @@ from boundary.store.base import (
     AsyncStore,
     AttemptState,
     CanonicalStore,
+    Claim,
     CreateResult,
     CreateTerms,
     OpenRunStatus,
@@ -295,10 +296,10 @@ class RedisCanonicalStore(CanonicalStore):
             for run_id, entries in parsed.items()
         }
 
-    def start(
-        self, key: CanonicalKey, *, attempt: int, heartbeat_timeout_s: float | None
-    ) -> WriteStatus:
-        return self._attempts.start(key, attempt=attempt, heartbeat_timeout_s=heartbeat_timeout_s)
+    def claim(
+        self, key: CanonicalKey, *, attempt: int, heartbeat_timeouts: Mapping[str, float]
+    ) -> Claim:
+        return self._attempts.claim(key, attempt=attempt, heartbeat_timeouts=heartbeat_timeouts)
 
     def heartbeat(
         self,

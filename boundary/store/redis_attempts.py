@@ -1,16 +1,27 @@
-"""A call's attempts in Redis: the execute step's start, the tool's heartbeats, and the
+"""A call's attempts in Redis: the execute step's claim, the tool's heartbeats, and the
 retries that hand the same record to a new attempt. Each is one Lua script on the record (and
 the run's pending set, whose score is the call's reap time)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from boundary.models import CanonicalKey
 from boundary.store import keys
 from boundary.store._redis_common import RedisClient, load_script, translated
-from boundary.store.base import AttemptState, WriteStatus
-from boundary.store.codec import WRITE_CODES, timed_result
+from boundary.store.base import AttemptState, Claim, ClaimStatus, WriteStatus
+from boundary.store.codec import WRITE_CODES, decode_record, from_ms, timed_result
 
-_START = load_script("start")
+_CLAIM = load_script("claim")
+
+_CLAIM_CODES = {
+    0: ClaimStatus.MISSING,
+    -1: ClaimStatus.SEALED,
+    -2: ClaimStatus.STORED,
+    -4: ClaimStatus.SUPERSEDED,
+    -5: ClaimStatus.PAST_DEADLINE,
+}
 _HEARTBEAT = load_script("heartbeat")
 _RETRY = load_script("retry")
 
@@ -30,17 +41,24 @@ class RedisAttempts:
 
     def __init__(self, client: RedisClient) -> None:
         self._client = client
-        self._start = client.register_script(_START)
+        self._claim = client.register_script(_CLAIM)
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._retry = client.register_script(_RETRY)
 
-    def start(
-        self, key: CanonicalKey, *, attempt: int, heartbeat_timeout_s: float | None
-    ) -> WriteStatus:
+    def claim(
+        self, key: CanonicalKey, *, attempt: int, heartbeat_timeouts: Mapping[str, float]
+    ) -> Claim:
         run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
-        argv: list[str | int] = [attempt, _ms(heartbeat_timeout_s), key.identity]
+        argv: list[str | int] = [attempt, key.identity]
+        for tool, seconds in heartbeat_timeouts.items():
+            argv += [tool, _ms(seconds)]
         with translated():
-            return timed_result(self._start(keys=run_keys, args=argv))
+            reply: list[Any] = self._claim(keys=run_keys, args=argv)
+        code = int(reply[0])
+        if code <= 1:
+            return Claim(_CLAIM_CODES[code])
+        fields = dict(zip(reply[1::2], reply[2::2], strict=True))
+        return Claim(ClaimStatus.STARTED, decode_record(fields), from_ms(code))
 
     def heartbeat(
         self,

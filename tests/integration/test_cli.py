@@ -337,7 +337,7 @@ def test_watch_follows_the_calls_in_flight_until_none_is_running(
 ) -> None:
     # Given a run with c4 in flight, its tool started and reporting progress
     key = key_of("c4")
-    store.start(key, attempt=1, heartbeat_timeout_s=None)
+    store.claim(key, attempt=1, heartbeat_timeouts={})
     store.heartbeat(key, attempt=1, progress=0.3, message="3 of 10", heartbeat_timeout_s=None)
     # When c4 ends while the run is watched
     ends = threading.Timer(0.5, lambda: store.seal_error(key, ErrorCode.CANCELLED))
@@ -365,7 +365,7 @@ def test_show_prints_the_attempt_and_the_progress_of_a_running_call(
     env: None, a_run: None, store: RedisCanonicalStore
 ) -> None:
     key = key_of("c4")
-    store.start(key, attempt=1, heartbeat_timeout_s=None)
+    store.claim(key, attempt=1, heartbeat_timeouts={})
     store.heartbeat(key, attempt=1, progress=0.75, message="nearly", heartbeat_timeout_s=None)
     shown = json.loads(invoke("show", RUN_ID, "c4", "--json").stdout)
     assert (shown["attempt"], shown["progress"], shown["progress_message"]) == (1, 0.75, "nearly")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -26,12 +27,13 @@ from boundary import (
     heartbeat,
 )
 from boundary.call_context import MAX_PROGRESS_MESSAGE_BYTES
-from boundary.store import WriteStatus, keys
+from boundary.store import ClaimStatus, WriteStatus, keys
 from tests.helpers import (
     RUN_ID,
     TOOL,
     FakeProjector,
     create_projecting,
+    create_terms,
     envelope,
     key_of,
     make_run,
@@ -188,27 +190,51 @@ def reap_at(redis_client: redis.Redis, key: Any) -> float:
     return float(score)
 
 
-def test_start_stamps_the_attempt_and_moves_the_reap_time_of_a_heartbeating_tool(
+def test_a_claim_stamps_the_attempt_and_moves_the_reap_time_of_a_heartbeating_tool(
     store: RedisCanonicalStore, redis_client: redis.Redis
 ) -> None:
     key = create_projecting(store)
     before_ttl, before_reap = pttl(redis_client, key), reap_at(redis_client, key)
-    assert store.start(key, attempt=1, heartbeat_timeout_s=2.0) is WriteStatus.OK
+    claim = store.claim(key, attempt=1, heartbeat_timeouts={"other": 9.0, TOOL: 2.0})
+    assert claim.status is ClaimStatus.STARTED
+    # the claim's record is the stored one, read in the same round trip
     record = store.get(key)
+    assert claim.record == record
     assert record is not None and record.started_at is not None and record.attempt == 1
+    assert claim.now == record.started_at
     now_ms = record.started_at.timestamp() * 1000
     assert reap_at(redis_client, key) == pytest.approx(now_ms + 2000, abs=2)
     assert reap_at(redis_client, key) < before_reap
     assert pttl(redis_client, key) <= before_ttl  # never refreshed
     # a stale message of another attempt starts nothing
-    assert store.start(key, attempt=2, heartbeat_timeout_s=2.0) is WriteStatus.SUPERSEDED
+    assert store.claim(key, attempt=2, heartbeat_timeouts={}).status is ClaimStatus.SUPERSEDED
+    # a kept raw response is projected, a sealed call left alone, a missing one not created
+    store.store_raw(key, "{}")
+    assert store.claim(key, attempt=1, heartbeat_timeouts={}).status is ClaimStatus.STORED
+    store.seal_error(key, ErrorCode.CANCELLED)
+    assert store.claim(key, attempt=1, heartbeat_timeouts={}).status is ClaimStatus.SEALED
+    gone = key_of("gone")
+    assert store.claim(gone, attempt=1, heartbeat_timeouts={}).status is ClaimStatus.MISSING
+    assert not redis_client.exists(keys.record_key(gone))
+
+
+def test_a_claim_past_the_deadline_starts_nothing(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    key = key_of("late")
+    past = store.now() - timedelta(seconds=1)
+    assert store.create(key, **create_terms(deadline=past)).seq is not None
+    claim = store.claim(key, attempt=1, heartbeat_timeouts={TOOL: 2.0})
+    assert claim.status is ClaimStatus.PAST_DEADLINE
+    record = store.get(key)
+    assert record is not None and record.started_at is None
 
 
 def test_heartbeats_keep_the_ttl_follow_the_attempt_and_stop_once_sealed(
     store: RedisCanonicalStore, redis_client: redis.Redis
 ) -> None:
     key = create_projecting(store)
-    store.start(key, attempt=1, heartbeat_timeout_s=5.0)
+    store.claim(key, attempt=1, heartbeat_timeouts={TOOL: 5.0})
     before_ttl = pttl(redis_client, key)
     beat = {"attempt": 1, "progress": 0.25, "message": "a quarter", "heartbeat_timeout_s": 5.0}
     assert store.heartbeat(key, **beat) is WriteStatus.OK
@@ -235,7 +261,7 @@ def test_retry_hands_the_record_to_the_next_attempt_once(
     store: RedisCanonicalStore, redis_client: redis.Redis
 ) -> None:
     key = create_projecting(store)
-    store.start(key, attempt=1, heartbeat_timeout_s=5.0)
+    store.claim(key, attempt=1, heartbeat_timeouts={TOOL: 5.0})
     store.heartbeat(key, attempt=1, progress=0.5, message="half", heartbeat_timeout_s=5.0)
     before_ttl = pttl(redis_client, key)
     moved = store.retry_attempt(key, attempt=1, reap_after_s=30, reap_grace_s=1)
@@ -267,7 +293,7 @@ def test_attempt_state_says_what_the_reaper_needs(
     assert state is not None
     assert (state.tool_name, state.attempt, state.started, state.has_raw) == (TOOL, 1, False, False)
     store.retry_attempt(key, attempt=1, reap_after_s=30, reap_grace_s=1, redispatch=True)
-    store.start(key, attempt=2, heartbeat_timeout_s=None)
+    store.claim(key, attempt=2, heartbeat_timeouts={})
     state = store.attempt_state(key)
     assert state is not None
     assert (state.attempt, state.started, state.redispatches, state.tool_runs) == (2, True, 1, 1)
