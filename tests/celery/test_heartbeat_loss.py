@@ -10,6 +10,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import redis
 from celery import Celery
 
@@ -38,15 +39,15 @@ BOUND_S = HEARTBEAT_TIMEOUT_S + 10.0
 
 
 def kill_while_beating(
-    settings: Settings, boundary: ToolBoundary, tmp_path: Path, tool: str
+    settings: Settings, boundary: ToolBoundary, tmp_path: Path, tool: str, pool: str
 ) -> tuple[CanonicalKey, float]:
-    """Starts ``tool`` in a threads worker, SIGKILLs the whole worker after its first steps;
-    returns the key and the monotonic time of the kill."""
+    """Starts ``tool`` in a ``pool`` worker, SIGKILLs the whole worker (its pool processes
+    too) after the tool's first steps; returns the key and the monotonic time of the kill."""
     key = CanonicalKey(run_id=RUN.run_id, tool_call_id="hb1")
     folder = tmp_path / "steps"
     folder.mkdir()
     with celery_process(
-        settings, *worker_args("doomed", pool="threads", concurrency=2), log=tmp_path / "a.log"
+        settings, *worker_args("doomed", pool=pool, concurrency=2), log=tmp_path / "a.log"
     ) as worker:
         arguments = {"steps": 100, "retry_steps": 5, "step_s": 0.05, "dir": str(folder)}
         submit(boundary, "hb1", tool, arguments)
@@ -89,11 +90,15 @@ def reap_until(app: Celery, what: str, killed: float) -> tuple[dict[str, int], f
     raise AssertionError(f"no reaper pass {what} the call in 60 s")
 
 
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
 def test_a_killed_worker_s_heartbeating_call_is_retried_and_ends_ready_on_attempt_2(
-    isolated: tuple[Settings, Celery, ToolBoundary], redis_client: redis.Redis, tmp_path: Path
+    isolated: tuple[Settings, Celery, ToolBoundary],
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    pool: str,
 ) -> None:
     settings, app, boundary = isolated
-    key, killed = kill_while_beating(settings, boundary, tmp_path, "beating")
+    key, killed = kill_while_beating(settings, boundary, tmp_path, "beating", pool)
     # When the reaper runs: the call is silent past its heartbeat timeout
     _, found_after = reap_until(app, "retried", killed)
     # Then it was found within the bound, and handed to attempt 2 on the same record
@@ -112,20 +117,20 @@ def test_a_killed_worker_s_heartbeating_call_is_retried_and_ends_ready_on_attemp
     # And the call ended once, counted once by the run's budget
     assert_ended_once(redis_client, key)
     assert redis_client.hget(keys.budget_key(RUN.run_id), "calls") == "1"
-    print(f"heartbeat loss: retried {found_after:.2f}s after the kill (bound {BOUND_S:.0f}s)")
+    print(f"heartbeat loss ({pool}): retried {found_after:.2f}s after the kill")
 
 
 def test_a_killed_worker_s_call_without_retries_is_sealed_worker_lost_within_the_bound(
     isolated: tuple[Settings, Celery, ToolBoundary], redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     settings, app, boundary = isolated
-    key, killed = kill_while_beating(settings, boundary, tmp_path, "beating_once")
+    key, killed = kill_while_beating(settings, boundary, tmp_path, "beating_once", "solo")
     _, sealed_after = reap_until(app, "sealed", killed)
     record = get_runtime().store.get(key)
     assert record is not None and record.error_code is ErrorCode.WORKER_LOST
     assert sealed_after <= BOUND_S, sealed_after
     assert_ended_once(redis_client, key)
-    print(f"heartbeat loss: sealed {sealed_after:.2f}s after the kill (bound {BOUND_S:.0f}s)")
+    print(f"heartbeat loss (solo): sealed {sealed_after:.2f}s after the kill")
 
 
 def test_a_call_whose_message_never_reached_a_tool_is_sent_again_by_the_reaper(

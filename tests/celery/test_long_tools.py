@@ -4,6 +4,7 @@ tool bounded by its own concurrency, and tools routed to a queue of their own.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from boundary import (
     InvocationStatus,
     ToolBoundary,
     ToolCallEnvelope,
+    ToolOutcome,
 )
 from boundary.store import keys
 from boundary.tool_threads import tool_threads
@@ -79,6 +81,17 @@ def test_progress_of_a_running_tool_is_visible_in_its_pending_outcome(
     assert progress.attempt == 1
     assert progress.started_at is not None and progress.heartbeat_at is not None
     assert progress.heartbeat_at >= progress.started_at
+
+    # And the async wait says the same
+    async def ask() -> ToolOutcome:
+        try:
+            return await celery_boundary.aoutcome(RUN.run_id, "p1", timeout=0.05)
+        finally:
+            await celery_boundary.aclose()
+
+    async_pending = asyncio.run(ask())
+    assert async_pending.pending and async_pending.progress is not None
+    assert async_pending.progress.message == "half way: 5 of 10 pages"
     # And the agent's text says the same, nothing more
     text = celery_boundary.outcome(RUN.run_id, "p1", timeout=0.05).as_text()
     assert '"fraction":0.5' in text and "half way" in text
