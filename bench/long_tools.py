@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -29,8 +30,9 @@ from typing import Any
 import redis
 
 from bench.config import DEFAULT_REDIS_URL, OWN_DBS, Pool, bench_settings, db_url
-from bench.workers import WorkerProcess, running
+from bench.workers import WorkerProcess, running, settings_env
 from boundary import (
+    CanonicalKey,
     EvidenceStatus,
     InProcessDispatcher,
     InvocationStatus,
@@ -52,6 +54,8 @@ from tasks.settings import Settings
 BEATS = 1000
 #: How long the short tool works, seconds.
 SHORT_S = 0.01
+#: The heartbeat timeout of the tool whose worker the loss measurement kills, seconds.
+LOSS_TIMEOUT_S = 5.0
 
 
 class PassProjector:
@@ -73,6 +77,16 @@ def silent_loop(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def short(arguments: dict[str, Any]) -> dict[str, Any]:
     time.sleep(SHORT_S)
+    return {"ok": True}
+
+
+def beat_often(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Heartbeats every ``every_s`` (default 0.5 s) for ``seconds``."""
+    seconds, every = float(arguments.get("seconds", 600)), float(arguments.get("every_s", 0.5))
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        heartbeat(message="working")
+        time.sleep(every)
     return {"ok": True}
 
 
@@ -100,6 +114,7 @@ registry = ToolRegistry(
         _spec("short", short),
         _spec("long_sleep", long_sleep, timeout_s=900, heartbeat_timeout_s=30, queue="long"),
         _spec("long_sleep_shared", long_sleep, timeout_s=900, heartbeat_timeout_s=30),
+        _spec("beat_often", beat_often, timeout_s=900, heartbeat_timeout_s=LOSS_TIMEOUT_S),
     ]
 )
 
@@ -226,13 +241,97 @@ def head_of_line(settings: Settings, long_s: float, samples: int, log_dir: Path)
     }
 
 
+def loss_detection(settings: Settings, samples: int, log_dir: Path) -> dict[str, Any]:
+    """With the default settings (reap interval 5 s) and a real beat: SIGKILL the worker
+    running a tool that heartbeats every 0.5 s (heartbeat timeout 5 s, no retries); the
+    seconds from its last stored heartbeat to the reaper's seal (store clock), per sample."""
+    import os
+    import signal
+
+    app = create_app(settings, name="bench-loss")
+    store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=600)
+    boundary = ToolBoundary(store=store, registry=registry, dispatcher=CeleryDispatcher(app))
+    pool = Pool("threads", 4)
+    found = []
+    beat_log = (log_dir / "beat.log").open("ab")
+    beat = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tasks",
+            "beat",
+            "-l",
+            "INFO",
+            "--schedule",
+            str(log_dir / "beat-schedule"),
+        ],
+        env=settings_env(settings),
+        stdout=beat_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        with running(
+            lambda: WorkerProcess(
+                module="tasks",
+                name="reaper",
+                app=app,
+                settings=settings,
+                pool=pool,
+                queues=("projections",),
+                log_dir=log_dir,
+            )
+        ):
+            for n in range(samples):
+                doomed = WorkerProcess(
+                    module="tasks",
+                    name=f"doomed{n}",
+                    app=app,
+                    settings=settings,
+                    pool=pool,
+                    queues=("tools",),
+                    log_dir=log_dir,
+                )
+                doomed.await_ready()
+                run = _run()
+                assert boundary.submit(_envelope(run, "lost", "beat_often"), run).accepted
+                key = CanonicalKey(run_id=run.run_id, tool_call_id="lost")
+                give_up = time.monotonic() + 60
+                while (record := store.get(key)) is None or record.heartbeat_at is None:
+                    assert time.monotonic() < give_up, "the tool did not start"
+                    time.sleep(0.1)
+                time.sleep(1.0)
+                os.killpg(doomed.pgid, signal.SIGKILL)
+                doomed.proc.wait()
+                while (
+                    record := store.get(key)
+                ) is not None and record.status is InvocationStatus.PROJECTING:
+                    assert time.monotonic() < give_up + 120, "never reaped"
+                    time.sleep(0.1)
+                assert record is not None and record.heartbeat_at is not None
+                found.append((record.updated_at - record.heartbeat_at).total_seconds())
+    finally:
+        os.killpg(beat.pid, signal.SIGTERM)
+        beat.wait()
+    return {
+        "heartbeat_timeout_s": LOSS_TIMEOUT_S,
+        "reap_interval_s": settings.reap_interval_s,
+        "seconds_from_last_heartbeat_to_seal": [round(f, 2) for f in found],
+        "median_s": round(statistics.median(found), 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
     parser.add_argument("--long-s", type=float, default=60.0, help="the long tool's run time")
     parser.add_argument("--calls", type=int, default=50, help="heartbeat-cost calls per side")
     parser.add_argument("--samples", type=int, default=20, help="short calls per B8 state")
+    parser.add_argument("--loss-samples", type=int, default=3, help="worker kills measured")
     parser.add_argument("--logs", default="/tmp/tool-boundary-bench-long")
+    parser.add_argument("--only", default="heartbeat,b8,loss", help="parts to run")
     args = parser.parse_args(argv)
     settings = bench_settings(args.redis_url).model_copy(
         update={"tools": "bench.long_tools:registry"}
@@ -240,11 +339,16 @@ def main(argv: list[str] | None = None) -> int:
     clients = [redis.Redis.from_url(db_url(args.redis_url, db)) for db in OWN_DBS]
     for client in clients:
         client.flushdb()
+    parts = set(args.only.split(","))
+    logs = Path(args.logs)
+    report: dict[str, Any] = {}
     try:
-        report = {
-            "heartbeat_cost": heartbeat_cost(settings, args.calls),
-            "b8_head_of_line": head_of_line(settings, args.long_s, args.samples, Path(args.logs)),
-        }
+        if "heartbeat" in parts:
+            report["heartbeat_cost"] = heartbeat_cost(settings, args.calls)
+        if "b8" in parts:
+            report["b8_head_of_line"] = head_of_line(settings, args.long_s, args.samples, logs)
+        if "loss" in parts:
+            report["loss_detection"] = loss_detection(settings, args.loss_samples, logs)
     finally:
         for client in clients:
             client.flushdb()
