@@ -105,30 +105,34 @@ def test_progress_of_a_running_tool_is_visible_in_its_pending_outcome(
 def test_cancel_stops_a_heartbeating_tool_within_one_heartbeat(
     celery_boundary: ToolBoundary, tmp_path: Path
 ) -> None:
+    # (an id no other test uses: the worker remembers the task ids a cancel revoked)
     interval_s = get_runtime().settings.heartbeat_interval_s
     step_s = 0.05
     # Given a heartbeating tool that leaves a file per step
     submit(
-        celery_boundary, "c1", "beating", {"steps": 10_000, "step_s": step_s, "dir": str(tmp_path)}
+        celery_boundary,
+        "stop1",
+        "beating",
+        {"steps": 10_000, "step_s": step_s, "dir": str(tmp_path)},
     )
-    wait_until(lambda: len(list(tmp_path.glob("c1-1-*"))) >= 3, "the tool's first steps")
+    wait_until(lambda: len(list(tmp_path.glob("stop1-1-*"))) >= 3, "the tool's first steps")
     # When the call is cancelled
-    cancelled = celery_boundary.cancel(RUN.run_id, "c1")
-    steps_at_cancel = len(list(tmp_path.glob("c1-1-*")))
+    cancelled = celery_boundary.cancel(RUN.run_id, "stop1")
+    steps_at_cancel = len(list(tmp_path.glob("stop1-1-*")))
     assert cancelled.error_code is ErrorCode.CANCELLED
     # Then the tool leaves at its next stored heartbeat (CallCancelled), its thread freed
-    exit_file = tmp_path / "c1-1-exit"
+    exit_file = tmp_path / "stop1-1-exit"
     wait_until(exit_file.exists, "the tool to stop")
     assert exit_file.read_text() == "cancelled"
-    steps_after = len(list(tmp_path.glob("c1-1-*"))) - 1 - steps_at_cancel
+    steps_after = len(list(tmp_path.glob("stop1-1-*"))) - 1 - steps_at_cancel
     # at most one heartbeat interval's worth of steps ran after the cancel (sleeps only
     # stretch under load, so a slow machine runs fewer, never more)
     assert steps_after <= interval_s / step_s + 2, steps_after
     # And no side effect after it left
     time.sleep(4 * step_s)
-    assert len(list(tmp_path.glob("c1-1-*"))) - 1 - steps_at_cancel == steps_after
+    assert len(list(tmp_path.glob("stop1-1-*"))) - 1 - steps_at_cancel == steps_after
     # And the record stays CANCELLED, with no raw response
-    record = get_runtime().store.get(CanonicalKey(run_id=RUN.run_id, tool_call_id="c1"))
+    record = get_runtime().store.get(CanonicalKey(run_id=RUN.run_id, tool_call_id="stop1"))
     assert record is not None and record.error_code is ErrorCode.CANCELLED
     assert record.raw is None
     print(f"cancel: {steps_after} step(s) of {step_s}s after the cancel (interval {interval_s}s)")
