@@ -1,0 +1,136 @@
+"""The TypeScript MCP SDK (``@modelcontextprotocol/sdk`` 1.32.2, the most used MCP client
+library, protocol 2025-11-25) against ``tool-boundary mcp --transport stdio`` and a real worker:
+a plain call kept alive by progress past the client's timeout, a task-augmented call through the
+SDK's own task stream, and an aborted call cancelled.
+
+Needs node and npm: the SDK is installed by ``npm install`` in a temporary directory (skipped
+without them, or when the registry cannot be reached; failed when ``CI`` is set)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bench.mcp_server import ROOT, server_command
+from boundary import CanonicalKey, ErrorCode, InvocationStatus, RedisCanonicalStore, RunContext
+from tests.mcp.conftest import RUN_ID
+from tests.mcp.servers import server_env
+
+HERE = Path(__file__).parent / "ts"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def ts_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with the SDK installed and ``client.mjs``."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        _unavailable("node and npm are needed for the TypeScript SDK client")
+    directory = tmp_path_factory.mktemp("ts-client")
+    for name in ("package.json", "client.mjs"):
+        shutil.copy(HERE / name, directory / name)
+    try:
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=directory,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        _unavailable("npm install of @modelcontextprotocol/sdk failed")
+    return directory
+
+
+def run_client(directory: Path, scenario: str, **options: Any) -> dict[str, Any]:
+    """Runs one scenario of ``client.mjs`` (it starts the server itself) and returns what it
+    saw."""
+    env = server_env(TOOL_BOUNDARY_MCP_PROGRESS_S="0.2", PYTHONPATH=str(ROOT))
+    env["TB_MCP_COMMAND"] = json.dumps(server_command("--transport", "stdio"))
+    done = subprocess.run(
+        ["node", "client.mjs", scenario, json.dumps({"run": RUN_ID, **options})],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    seen: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return seen
+
+
+def test_a_plain_call_outlives_the_clients_timeout_on_progress(
+    ts_client: Path, opened_run: RunContext
+) -> None:
+    # When a 4 s tool is called with a 2 s client timeout that progress resets
+    seen = run_client(
+        ts_client,
+        "plain",
+        tool="sleepy",
+        arguments={"seconds": 4.0},
+        callId="call-ts-plain",
+        timeoutMs=2000,
+    )
+    # Then the call answered its outcome, kept alive by the server's progress
+    assert "error" not in seen, seen
+    assert seen["isError"] is False and seen["structured"]["status"] == "READY"
+    assert seen["progress"] > 0
+
+
+def test_a_task_augmented_call_through_the_sdks_task_stream(
+    ts_client: Path, opened_run: RunContext
+) -> None:
+    seen = run_client(
+        ts_client,
+        "task",
+        tool="sleepy",
+        arguments={"seconds": 0.5},
+        callId="call-ts-task",
+        ttl=60000,
+    )
+    assert seen["capabilities"]["tasks"]["requests"] == {"tools": {"call": {}}}
+    assert set(seen["taskSupport"].values()) == {"optional"}
+    assert seen["messages"][0] == "taskCreated" and seen["messages"][-1] == "result", seen
+    assert seen["created"]["ttl"] == 60000
+    assert seen["result"]["isError"] is False
+    assert seen["task"]["status"] == "completed"
+    assert seen["listed"] == [seen["taskId"]]
+
+
+def test_an_aborted_plain_call_is_cancelled(
+    ts_client: Path,
+    opened_run: RunContext,
+    store: RedisCanonicalStore,
+    redis_client: redis.Redis,
+) -> None:
+    # When the client aborts a plain call (its id minted by the server) while it runs
+    seen = run_client(
+        ts_client, "abort", tool="sleepy", arguments={"seconds": 4.0}, abortAfterMs=1500
+    )
+    assert seen["aborted"] is True
+    # Then the call is sealed CANCELLED
+    found = list(redis_client.scan_iter(f"tb:{{{RUN_ID}}}:call:mcp-*"))
+    assert len(found) == 1
+    name = found[0].decode() if isinstance(found[0], bytes) else found[0]
+    key = CanonicalKey(run_id=RUN_ID, tool_call_id=name.rsplit(":", 1)[1])
+    deadline = time.monotonic() + 30
+    while True:
+        record = store.get(key)
+        if record is not None and record.status is not InvocationStatus.PROJECTING:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert record.error_code is ErrorCode.CANCELLED
