@@ -73,6 +73,7 @@ _SHOWN_FIELDS = (
     "progress",
     "progress_message",
     "request",
+    "request_sha256",
     "agent_result",
     "scope",
     "diagnostic",

@@ -23,6 +23,7 @@ from boundary import (
     ToolRegistry,
     ToolSpec,
 )
+from boundary.fingerprint import request_sha256
 from boundary.store import keys
 from tasks.cli import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, cli
 from tests.conftest import STORE_DB, redis_url
@@ -103,6 +104,13 @@ def test_show_prints_the_record_but_not_the_raw_response(env: None, a_run: None)
     for text in ("run-1", "c1", TOOL, "READY", "EVIDENCE_FOUND", '"query": "timeout"'):
         assert text in result.stdout
     assert '"answer": "timeout"' in result.stdout
+    # The fingerprint (folded on a narrow terminal): its first characters after its name
+    fingerprint = request_sha256(TOOL, '{"query":"timeout"}')
+    assert any(
+        line.split()[:2] == ["request_sha256", fingerprint[: len(line.split()[1])]]
+        for line in result.stdout.splitlines()
+        if line.startswith("request_sha256")
+    )
     assert "hidden (--raw shows it)" in result.stdout
     assert RAW_ONLY not in result.stdout
 
@@ -125,6 +133,7 @@ def test_show_json_parses_back_to_the_record(env: None, a_run: None) -> None:
     assert shown["request"] == {"query": "timeout"}
     assert shown["agent_result"] == {"answer": "timeout"}
     assert shown["seq"] == 1
+    assert shown["request_sha256"] == request_sha256(TOOL, '{"query":"timeout"}')
     assert "raw" not in shown
     assert shown["raw_bytes"] == len(json.dumps(with_raw["raw"], separators=(",", ":")))
     assert with_raw["raw"] == {"hits": ["timeout"], "internal": RAW_ONLY}
