@@ -47,9 +47,9 @@ from tests import pg_tools
 ROOT = Path(__file__).resolve().parents[1]
 RUN = RunContext(run_id="bench-pg", authorized_tools=frozenset({"sql_report"}))
 #: The throughput report: every row of the demo table, up to the cap.
-SCAN = {"report": "slow_requests", "params": {"min_latency_ms": 0}, "max_rows": 5000}
+SCAN = {"report": {"name": "slow_requests", "min_latency_ms": 0}, "max_rows": 5000}
 #: The statement each cancel sample cancels (it would sleep this long).
-SLEEP = {"report": "sleep", "params": {"seconds": 100}}
+SLEEP = {"report": {"name": "sleep", "seconds": 100}}
 
 
 class CountingStore(RedisCanonicalStore):

@@ -95,6 +95,10 @@ class Report:
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     required: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if "name" in self.params:
+            raise ValueError("a report parameter may not be called 'name' (it names the report)")
+
     def bind(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Every declared parameter's value (``None`` when not given)."""
         return {name: given.get(name) for name in self.params}
@@ -115,7 +119,12 @@ REPORTS: dict[str, Report] = {
                 " AND (%(service)s::text IS NULL OR service = %(service)s::text) ORDER BY id"
             ),
             params={
-                "min_latency_ms": {"type": "integer", "minimum": 0, "maximum": 3_600_000},
+                "min_latency_ms": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": 3_600_000,
+                    "description": "Slowest first shown: at least this many milliseconds.",
+                },
                 "service": _SERVICE,
             },
             required=("min_latency_ms",),
@@ -145,34 +154,30 @@ REPORTS: dict[str, Report] = {
 }
 
 
+def report_schema(report: Report) -> dict[str, Any]:
+    """One report as the model asks for it: its name and its parameters."""
+    return {
+        "type": "object",
+        "description": report.description,
+        "properties": {"name": {"type": "string", "enum": [report.name]}, **report.params},
+        "required": ["name", *report.required],
+        "additionalProperties": False,
+    }
+
+
 def arguments_schema(reports: Mapping[str, Report]) -> dict[str, Any]:
-    """The tool's ``input_schema``: a report by name, its parameters, the row cap."""
-    cases = [
-        {
-            "if": {"properties": {"report": {"const": report.name}}},
-            "then": {
-                "properties": {
-                    "params": {
-                        "type": "object",
-                        "properties": dict(report.params),
-                        "required": list(report.required),
-                        "additionalProperties": False,
-                    }
-                },
-                **({"required": ["params"]} if report.required else {}),
-            },
-        }
-        for report in reports.values()
-    ]
+    """The tool's ``input_schema``: one of the reports with its parameters, and the row cap.
+
+    The choice of report is an ``anyOf`` inside a property, never at the top level, which
+    some model APIs refuse.
+    """
     return {
         "type": "object",
         "properties": {
             "report": {
-                "type": "string",
-                "enum": list(reports),
-                "description": "; ".join(f"{r.name}: {r.description}" for r in reports.values()),
+                "anyOf": [report_schema(report) for report in reports.values()],
+                "description": "The report to run: its name and its parameters.",
             },
-            "params": {"type": "object", "description": "The report's parameters."},
             "max_rows": {
                 "type": "integer",
                 "minimum": 1,
@@ -183,7 +188,6 @@ def arguments_schema(reports: Mapping[str, Report]) -> dict[str, Any]:
         },
         "required": ["report"],
         "additionalProperties": False,
-        "allOf": cases,
     }
 
 
@@ -195,9 +199,9 @@ def check_arguments(
     error = next(Draft202012Validator(arguments_schema(reports)).iter_errors(arguments), None)
     if error is not None:
         raise ValueError(f"arguments do not match the schema at {error.json_path}")
-    report = reports[arguments["report"]]
-    max_rows = arguments.get("max_rows", DEFAULT_MAX_ROWS)
-    return report, report.bind(arguments.get("params", {})), max_rows
+    asked = dict(arguments["report"])
+    report = reports[asked.pop("name")]
+    return report, report.bind(asked), arguments.get("max_rows", DEFAULT_MAX_ROWS)
 
 
 class _Watchdog:
@@ -439,7 +443,7 @@ def build_registry(
             " its rows (at most max_rows)."
         ),
         input_schema=arguments_schema(reports),
-        projector=SqlRowsProjector(corpus=CORPUS, scope_keys=("report", "params")),
+        projector=SqlRowsProjector(corpus=CORPUS, scope_keys=("report",)),
         read_only=True,
         timeout_s=timeout_s,
         **(long_tool | options),

@@ -82,7 +82,7 @@ def start_sleep(worker: ReportWorker, call_id: str) -> list[tuple[int, str]]:
         run_id=RUN.run_id,
         tool_call_id=call_id,
         tool_name="sql_report",
-        arguments={"report": "sleep", "params": {"seconds": 100}},
+        arguments={"report": {"name": "sleep", "seconds": 100}},
     )
     assert worker.boundary.submit(envelope, RUN).accepted
     return wait_until(lambda: running_statements(worker.dsn), "the statement to start")
@@ -108,7 +108,7 @@ def test_cancelling_a_call_stops_its_statement_on_the_server(report_worker: Repo
             run_id=RUN.run_id,
             tool_call_id="wc2",
             tool_name="sql_report",
-            arguments={"report": "latency_by_service"},
+            arguments={"report": {"name": "latency_by_service"}},
         ),
         RUN,
         timeout=30,

@@ -63,12 +63,14 @@ def report_boundary(
     return ToolBoundary(store=store, registry=registry, dispatcher=dispatcher)
 
 
-def call(call_id: str, report: str, **arguments: object) -> ToolCallEnvelope:
+def call(
+    call_id: str, report: str, params: dict | None = None, **arguments: object
+) -> ToolCallEnvelope:
     return ToolCallEnvelope(
         run_id=RUN.run_id,
         tool_call_id=call_id,
         tool_name="sql_report",
-        arguments={"report": report, **arguments},
+        arguments={"report": {"name": report, **(params or {})}, **arguments},
     )
 
 
@@ -121,7 +123,7 @@ def test_a_report_that_writes_is_refused_by_the_read_only_transaction(
 ) -> None:
     # When a declared report calls a function that inserts a row
     with pytest.raises(pgreport.ReportFailed) as refused:
-        pgreport.run_report({"report": "write_one"}, ALL_REPORTS)
+        pgreport.run_report({"report": {"name": "write_one"}}, ALL_REPORTS)
     outcome = report_boundary(store).invoke(call("w1", "write_one"), RUN, timeout=30)
     # Then the server refuses it as a write in a read-only transaction, and nothing is written
     assert refused.value.reason == "25006"  # read_only_sql_transaction
@@ -135,7 +137,9 @@ def test_the_transaction_is_read_only_and_time_bounded_and_keeps_the_dsn_options
     # Given a DSN with options of its own
     monkeypatch.setenv(pgreport.DSN_ENV, f"{dsn} options='-c work_mem=1234kB'")
     # When a report shows the settings it runs under
-    raw = pgreport.run_report({"report": "session_settings"}, ALL_REPORTS, time_limit_s=30)
+    raw = pgreport.run_report(
+        {"report": {"name": "session_settings"}}, ALL_REPORTS, time_limit_s=30
+    )
     [[read_only, statement_timeout, work_mem]] = raw["rows"]
     # Then its transaction is read-only, its statements end before the time limit, and the
     # DSN's own options hold
@@ -170,7 +174,7 @@ def test_statement_timeout_from_the_time_left_ends_a_slow_statement_on_the_serve
     # When a report runs longer than its time limit (outside a tool: the limit given)
     with pytest.raises(ToolTimeout):
         pgreport.run_report(
-            {"report": "sleep", "params": {"seconds": 120}}, ALL_REPORTS, time_limit_s=1.0
+            {"report": {"name": "sleep", "seconds": 120}}, ALL_REPORTS, time_limit_s=1.0
         )
     # Then the server ended it: no statement of the tool runs on the database
     wait_until(lambda: not running_statements(dsn), "the statement to end")

@@ -21,17 +21,17 @@ assert SPEC is not None
 @pytest.mark.parametrize(
     "arguments",
     [
-        {"report": "latency_by_service"},
-        {"report": "slow_requests", "params": {"min_latency_ms": 500}},
-        {"report": "slow_requests", "params": {"min_latency_ms": 0, "service": "api"}},
-        {"report": "errors_by_route", "max_rows": pgreport.MAX_ROWS_CAP},
-        {"report": "errors_by_route", "params": {"service": "api"}, "max_rows": 1},
+        {"report": {"name": "latency_by_service"}},
+        {"report": {"name": "slow_requests", "min_latency_ms": 500}},
+        {"report": {"name": "slow_requests", "min_latency_ms": 0, "service": "api"}},
+        {"report": {"name": "errors_by_route"}, "max_rows": pgreport.MAX_ROWS_CAP},
+        {"report": {"name": "errors_by_route", "service": "api"}, "max_rows": 1},
     ],
 )
 def test_declared_reports_with_their_parameters_are_accepted(arguments: dict) -> None:
     assert SPEC.schema_violation(arguments) is None
     report, params, max_rows = pgreport.check_arguments(ALL_REPORTS, arguments)
-    assert report.name == arguments["report"]
+    assert report.name == arguments["report"]["name"]
     assert set(params) == set(report.params)
     assert max_rows == arguments.get("max_rows", pgreport.DEFAULT_MAX_ROWS)
 
@@ -40,16 +40,18 @@ def test_declared_reports_with_their_parameters_are_accepted(arguments: dict) ->
     "arguments",
     [
         {},
-        {"report": "no_such_report"},
-        {"report": "latency_by_service", "sql": "DELETE FROM request_log"},
-        {"report": "latency_by_service", "params": {"sql": "SELECT 1"}},
-        {"report": "slow_requests"},
-        {"report": "slow_requests", "params": {}},
-        {"report": "slow_requests", "params": {"min_latency_ms": "0 OR 1=1"}},
-        {"report": "slow_requests", "params": {"min_latency_ms": -1}},
-        {"report": "latency_by_service", "max_rows": 0},
-        {"report": "latency_by_service", "max_rows": pgreport.MAX_ROWS_CAP + 1},
-        {"report": "latency_by_service", "max_rows": True},
+        {"report": "latency_by_service"},
+        {"report": {}},
+        {"report": {"name": "no_such_report"}},
+        {"report": {"name": "latency_by_service"}, "sql": "DELETE FROM request_log"},
+        {"report": {"name": "latency_by_service", "sql": "SELECT 1"}},
+        {"report": {"name": "latency_by_service", "min_latency_ms": 0}},
+        {"report": {"name": "slow_requests"}},
+        {"report": {"name": "slow_requests", "min_latency_ms": "0 OR 1=1"}},
+        {"report": {"name": "slow_requests", "min_latency_ms": -1}},
+        {"report": {"name": "latency_by_service"}, "max_rows": 0},
+        {"report": {"name": "latency_by_service"}, "max_rows": pgreport.MAX_ROWS_CAP + 1},
+        {"report": {"name": "latency_by_service"}, "max_rows": True},
     ],
 )
 def test_anything_but_a_declared_report_and_its_parameters_is_refused(arguments: dict) -> None:
@@ -57,6 +59,18 @@ def test_anything_but_a_declared_report_and_its_parameters_is_refused(arguments:
     assert SPEC.schema_violation(arguments) is not None
     with pytest.raises(ValueError, match="schema"):
         pgreport.check_arguments(ALL_REPORTS, arguments)
+
+
+def test_no_model_api_meets_a_combinator_at_the_schema_s_top_level() -> None:
+    # OpenAI and Anthropic refuse a tool whose top-level schema has anyOf/allOf/oneOf
+    schema = pgreport.arguments_schema(ALL_REPORTS)
+    assert schema["type"] == "object"
+    assert not {"anyOf", "allOf", "oneOf", "not", "if", "enum"} & set(schema)
+
+
+def test_a_report_parameter_may_not_be_called_name() -> None:
+    with pytest.raises(ValueError, match="name"):
+        pgreport.Report(name="r", description="", sql="SELECT %(name)s", params={"name": {}})
 
 
 @pytest.mark.parametrize("report", list(ALL_REPORTS.values()), ids=list(ALL_REPORTS))
