@@ -317,3 +317,24 @@ def test_asubmit_opens_one_submit_span_in_the_callers_trace(
     assert {s.context.trace_id for s in found} == {trace_id}
     execute = by_name(found)["execute_tool lookup"]
     assert execute.parent is not None and execute.parent.span_id == submits[0].context.span_id
+
+
+def test_a_retried_call_keeps_its_trace_and_counts_its_attempts(
+    celery_boundary: ToolBoundary, spans: otel.InMemorySpanExporter
+) -> None:
+    # Given a tool whose first attempt overruns its time limit and whose policy retries
+    with trace.get_tracer("agent").start_as_current_span("turn") as turn:
+        outcome = call(celery_boundary, "retried-1", "slow_first_time", {})
+    assert outcome.status.value == "READY", outcome
+
+    # Then both attempts' execute spans are in the turn's trace, with their attempt numbers,
+    # and the one project step is attempt 2's
+    found = spans_of(spans, "retried-1", 4)
+    executes = sorted(
+        (s for s in found if s.name == "execute_tool slow_first_time"),
+        key=lambda s: (s.attributes or {})["tool_boundary.attempt"],
+    )
+    assert [(s.attributes or {})["tool_boundary.attempt"] for s in executes] == [1, 2]
+    projects = [s for s in found if s.name == "tool_boundary.project slow_first_time"]
+    assert [(s.attributes or {})["tool_boundary.attempt"] for s in projects] == [2]
+    assert {s.context.trace_id for s in found} == {turn.get_span_context().trace_id}

@@ -179,7 +179,9 @@ def test_a_prefork_worker_serves_the_counts_of_its_children_by_tool_and_code(
         while not all((tmp_path / f"started-{n}").exists() for n in (1, 2)):
             assert time.monotonic() < deadline + 30, "the sleepy calls never started"
             time.sleep(0.05)
-        running = samples(scrape(port))[("tool_boundary_projecting_calls", frozenset())]
+        while_running = samples(scrape(port))
+        running = while_running[("tool_boundary_projecting_calls", frozenset())]
+        lag = while_running.get(("tool_boundary_heartbeat_lag_seconds", frozenset()))
 
     # Then /metrics counts the calls by tool, status and code, from both children
     def value(name: str, **labels: str) -> float | None:
@@ -201,5 +203,8 @@ def test_a_prefork_worker_serves_the_counts_of_its_children_by_tool_and_code(
     assert value(ended, tool="lookup", status="READY", code="") == 14
     assert value("tool_boundary_projecting_calls") == 0
     assert running == 2
+    # (the heartbeat lag appears once a tool runs: since its start, as sleepy never beats)
+    assert value("tool_boundary_heartbeat_lag_seconds") is None
+    assert lag is not None and lag >= 0
     # and never a run or call id
     assert "metrics-run" not in text and "m-1" not in text
