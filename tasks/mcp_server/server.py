@@ -273,18 +273,20 @@ class BoundaryMCP:
         self, ctx: ServerRequestContext[Any, Any], key: CanonicalKey
     ) -> ToolOutcome | None:
         """Waits for the outcome up to ``call_wait_s``; meanwhile, when the request carries a
-        ``progressToken``, sends ``notifications/progress`` at least every ``progress_s``: the
+        ``progressToken``, sends ``notifications/progress`` every ``progress_s / 2``: the
         tool's heartbeat fraction and message when it has them, a keep-alive otherwise."""
         raw_meta = (ctx.params or {}).get("_meta")
         wants_progress = isinstance(raw_meta, dict) and raw_meta.get("progressToken") is not None
         deadline = time.monotonic() + self.call_wait_s
+        # Half the interval per wait: a notification's own latency never makes a gap reach it.
+        slice_s = self.progress_s / 2
         ticks = 0
         last = 0.0
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            waited = await self.calls.wait(key, min(self.progress_s, left))
+            waited = await self.calls.wait(key, min(slice_s, left))
             if not waited.pending:
                 return waited
             if not wants_progress:
@@ -464,16 +466,12 @@ class BoundaryMCP:
 
 
 def progress_of(outcome: ToolOutcome) -> tuple[float | None, str | None]:
-    """A PROJECTING outcome's heartbeat fraction and message, when the boundary gives them."""
-    progress = getattr(outcome, "progress", None)
+    """A PROJECTING outcome's heartbeat fraction and message (``ToolOutcome.progress``, from
+    the tool's ``heartbeat()``), when it has them."""
+    progress = outcome.progress
     if progress is None:
         return None, None
-    fraction = getattr(progress, "fraction", None)
-    message = getattr(progress, "message", None)
-    return (
-        float(fraction) if isinstance(fraction, int | float) else None,
-        message if isinstance(message, str) and message else None,
-    )
+    return progress.fraction, progress.message or None
 
 
 def _encode_cursor(member: str) -> str:

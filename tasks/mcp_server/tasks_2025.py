@@ -117,8 +117,7 @@ def status_of(outcome: ToolOutcome | None, progress_message: str | None) -> tupl
 
 def progress_message(state: TaskState) -> str | None:
     """The tool's last heartbeat message, when the record carries one."""
-    message = getattr(state.record, "progress_message", None)
-    return message if isinstance(message, str) and message else None
+    return state.record.progress_message or None
 
 
 def task_of(entry: TaskEntry, state: TaskState, poll_interval_ms: int) -> dict[str, Any]:

@@ -249,3 +249,79 @@ def test_the_python_sdk_client_on_2025_gets_progress_and_tasks(opened_run: RunCo
     check("CreateTaskResult", task["created"])
     check("CallToolResult", task["payload"])
     assert json.loads(task["payload"]["content"][0]["text"])["status"] == "READY"
+
+
+def test_progress_and_status_messages_carry_the_tools_heartbeat(
+    raw: RawStdioClient, opened_run: RunContext, tmp_path: Path
+) -> None:
+    raw.initialize()
+    # When a heartbeating tool is called plainly, asking for progress
+    answer = raw.request(
+        "tools/call",
+        {
+            "name": "beating",
+            "arguments": {"steps": 8, "step_s": 0.3},
+            "_meta": meta("call-beat-plain", progressToken=7),
+        },
+    )
+    assert answer["result"]["isError"] is False
+    progress = []
+    while not raw.notifications.empty():
+        note = raw.notifications.get()
+        if note["method"] == "notifications/progress":
+            check("ProgressNotification", note)
+            progress.append(note["params"])
+    # Then the notifications carry the tool's fraction (of 1) and its message
+    with_message = [p for p in progress if p.get("message", "").startswith("step ")]
+    assert with_message, progress
+    assert all(p["total"] == 1.0 and 0 <= p["progress"] <= 1 for p in with_message)
+    # When the same tool runs as a task
+    created = raw.request(
+        "tools/call",
+        {
+            "name": "beating",
+            "arguments": {"steps": 8, "step_s": 0.3, "dir": str(tmp_path)},
+            "task": {},
+            "_meta": meta("call-beat-task"),
+        },
+    )["result"]
+    task_id = created["task"]["taskId"]
+    messages = set()
+    while True:
+        task = raw.request("tasks/get", {"taskId": task_id})["result"]
+        if task["status"] != "working":
+            break
+        messages.add(task["statusMessage"])
+        time.sleep(0.05)
+    # Then while working its statusMessage was the tool's message
+    assert any(m.startswith("step ") for m in messages), messages
+
+
+def test_tasks_cancel_stops_a_heartbeating_tool(
+    raw: RawStdioClient, opened_run: RunContext, tmp_path: Path
+) -> None:
+    raw.initialize()
+    created = raw.request(
+        "tools/call",
+        {
+            "name": "beating",
+            "arguments": {"steps": 50, "step_s": 0.2, "dir": str(tmp_path)},
+            "task": {},
+            "_meta": meta("call-beat-cancel"),
+        },
+    )["result"]
+    task_id = created["task"]["taskId"]
+    wait_for_file(tmp_path / "call-beat-cancel-1-1")
+    # When the task is cancelled while the tool runs
+    cancelled = raw.request("tasks/cancel", {"taskId": task_id})["result"]
+    check("CancelTaskResult", cancelled)
+    assert cancelled["status"] == "cancelled"
+    # Then the tool stops at its next heartbeat, long before its 50 steps
+    exit_file = tmp_path / "call-beat-cancel-1-exit"
+    wait_for_file(exit_file)
+    assert exit_file.read_text() == "cancelled"
+    assert not (tmp_path / "call-beat-cancel-1-49").exists()
+    # And tasks/result is the cancelled task's error
+    answer = raw.request("tasks/result", {"taskId": task_id})
+    check("JSONRPCErrorResponse", answer)
+    assert answer["error"]["code"] == -32603
