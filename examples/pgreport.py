@@ -33,9 +33,9 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from boundary.errors import ToolTimeout
+from boundary import CallCancelled, RetryPolicy, current_call, heartbeat
+from boundary.errors import ErrorCode, ToolTimeout
 from boundary.registry import ToolRegistry, ToolSpec
-from examples._call_context import CallCancelled, current_call, heartbeat
 from examples._pgcells import json_cell
 from projectors.sql import SqlRowsProjector
 
@@ -64,6 +64,11 @@ CONNECT_TIMEOUT_S = 10
 APPLICATION_NAME = "tool-boundary sql_report"
 #: The queue of long tools (``ToolSpec.queue``).
 LONG_QUEUE = "long"
+#: Reports at once per worker process: each holds a database session.
+MAX_CONCURRENCY = 4
+#: A report whose worker was lost runs once more (it only reads); one that timed out would
+#: most likely time out again, so it is not retried.
+RETRY = RetryPolicy(max_attempts=2, retry_on=frozenset({ErrorCode.WORKER_LOST}))
 #: Corpus named in scopes.
 CORPUS = "postgresql"
 
@@ -352,7 +357,8 @@ def _read(
             _limit_statement(conn, deadline)
             batch = cursor.fetchmany(min(batch_rows, max_rows + 1 - len(rows)))
             rows.extend([json_cell(value) for value in row] for row in batch)
-            watchdog.report(min(len(rows), max_rows) / max_rows, f"{len(rows)} rows read")
+            read = min(len(rows), max_rows)
+            watchdog.report(read / max_rows, f"{read} rows read")
             if len(batch) < batch_rows:
                 break
     return {
@@ -426,15 +432,19 @@ def build_registry(
 ) -> ToolRegistry:
     """A registry with one report tool over ``reports``, on the ``long`` queue.
 
-    ``options`` are further ``ToolSpec`` fields (``retry``, ``max_concurrency``, ...).
+    ``options`` replace or add ``ToolSpec`` fields (``retry``, ``max_concurrency``, ...).
     """
     reports = dict(reports)
 
     def sql_report(arguments: dict[str, Any]) -> dict[str, Any]:
         return run_report(arguments, reports, batch_rows=batch_rows, time_limit_s=timeout_s)
 
-    long_tool: dict[str, Any] = {"heartbeat_timeout_s": HEARTBEAT_TIMEOUT_S, "queue": LONG_QUEUE}
-    long_tool = {k: v for k, v in long_tool.items() if k in ToolSpec.model_fields}
+    long_tool: dict[str, Any] = {
+        "heartbeat_timeout_s": HEARTBEAT_TIMEOUT_S,
+        "queue": LONG_QUEUE,
+        "max_concurrency": MAX_CONCURRENCY,
+        "retry": RETRY,
+    }
     spec = ToolSpec(
         name=name,
         executor=sql_report,

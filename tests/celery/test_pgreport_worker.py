@@ -15,7 +15,6 @@ import pytest
 import redis
 from celery import Celery
 
-import boundary as boundary_api
 from boundary import CanonicalKey, ErrorCode, RunContext, ToolBoundary, ToolCallEnvelope
 from examples import pgreport
 from tasks import CeleryDispatcher
@@ -25,11 +24,6 @@ from tests import pg_tools
 from tests.celery.workers import celery_process
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 from tests.pg import running_statements, scratch_database, wait_until
-
-pytestmark = pytest.mark.skipif(
-    not hasattr(boundary_api, "CallCancelled"),
-    reason="boundary has no call context (heartbeat, CallCancelled) yet",
-)
 
 RUN = RunContext(run_id="run-pgw", authorized_tools=frozenset({"sql_report"}))
 

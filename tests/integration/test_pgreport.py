@@ -36,11 +36,6 @@ from tests.pg import (
 )
 
 RUN = RunContext(run_id="run-pg", authorized_tools=frozenset({"sql_report"}))
-#: The boundary's call context (heartbeat, cancellation) is there.
-HAS_CALL_CONTEXT = hasattr(boundary_api, "CallCancelled")
-needs_call_context = pytest.mark.skipif(
-    not HAS_CALL_CONTEXT, reason="boundary has no call context (heartbeat, CallCancelled) yet"
-)
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +186,6 @@ def test_a_call_past_its_time_limit_ends_tool_timeout_with_no_statement_left(
     wait_until(lambda: not running_statements(dsn), "the statement to end")
 
 
-@needs_call_context
 def test_progress_between_batches_is_visible_while_the_report_runs(
     store: RedisCanonicalStore, dsn: str
 ) -> None:
@@ -204,7 +198,7 @@ def test_progress_between_batches_is_visible_while_the_report_runs(
 
     def progressed() -> ToolOutcome | None:
         outcome = boundary.outcome(RUN.run_id, "p1", timeout=0.05)
-        progress = outcome.progress  # type: ignore[attr-defined]
+        progress = outcome.progress
         return outcome if progress is not None and progress.fraction else None
 
     # When its caller looks while it runs
@@ -213,12 +207,16 @@ def test_progress_between_batches_is_visible_while_the_report_runs(
     assert pending.pending
     assert 0 < pending.progress.fraction < 1
     assert pending.progress.message.endswith("rows read")
+    # And the record holds it, with the store's time of the heartbeat
+    record = store.get(outcome_key("p1"))
+    assert record is not None and record.status is InvocationStatus.PROJECTING
+    assert record.progress is not None and record.progress > 0
+    assert record.progress_message is not None and record.heartbeat_at is not None
     done = boundary.outcome(RUN.run_id, "p1", timeout=60)
     assert done.status is InvocationStatus.READY, done
     assert done.result is not None and done.result["more_rows"] is True
 
 
-@needs_call_context
 def test_cancel_stops_the_running_statement_on_the_server(
     store: RedisCanonicalStore, dsn: str
 ) -> None:

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 
+from boundary import ErrorCode
 from examples import pgreport
 from examples._pgcells import json_cell
 from tests.pg import ALL_REPORTS
@@ -83,10 +84,12 @@ def test_every_placeholder_of_a_report_is_a_declared_parameter(report: pgreport.
 def test_the_tool_is_declared_read_only_on_the_long_queue_with_a_heartbeat_timeout() -> None:
     spec = pgreport.registry.get("sql_report")
     assert spec is not None and spec.read_only
-    fields = spec.model_dump()
-    if "queue" in fields:  # once ToolSpec has the long-tool fields
-        assert fields["queue"] == "long"
-        assert fields["heartbeat_timeout_s"] == pgreport.HEARTBEAT_TIMEOUT_S
+    assert spec.queue == "long"
+    assert spec.heartbeat_timeout_s == pgreport.HEARTBEAT_TIMEOUT_S
+    # the watchdog beats far more often than the timeout, so a running report is never lost
+    assert spec.heartbeat_timeout_s > pgreport.BEAT_S * 10
+    assert spec.max_concurrency == pgreport.MAX_CONCURRENCY
+    assert spec.retry.retry_on == {ErrorCode.WORKER_LOST}
 
 
 def test_postgres_values_become_json_cells() -> None:
