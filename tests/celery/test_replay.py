@@ -144,7 +144,8 @@ def test_replay_while_the_first_call_runs_waits_for_its_outcome(
     budget = charged(redis_client, run)
     # When it is replayed with a short wait, it is still running: a PROJECTING outcome
     pending = celery_boundary.invoke(first, run, timeout=0.2, replay=True)
-    assert pending == ToolOutcome.running("call_1")
+    assert pending.pending and pending.tool_call_id == "call_1"
+    assert pending.result is None and pending.error_code is None
     # and replays (sync and async) that wait get the first call's outcome once it is sealed
     answers: list[ToolOutcome] = []
 
