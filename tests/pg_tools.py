@@ -48,4 +48,10 @@ ALL_REPORTS = {**pgreport.REPORTS, **TEST_REPORTS}
 #: visibility timeout they give the broker.
 WORKER_TIMEOUT_S = 120.0
 
-registry = pgreport.build_registry(ALL_REPORTS, timeout_s=WORKER_TIMEOUT_S)
+#: A short heartbeat timeout, so the reaper finds a killed worker's call within seconds (the
+#: watchdog beats every quarter second, stored once per second).
+HEARTBEAT_TIMEOUT_S = 3.0
+
+registry = pgreport.build_registry(
+    ALL_REPORTS, timeout_s=WORKER_TIMEOUT_S, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S
+)

@@ -1,13 +1,15 @@
 """The PostgreSQL report tool in a real ``celery worker`` process on the ``long`` queue: a
-cancelled call's statement stops on the server, and a worker killed while its statement runs
-leaves none behind."""
+cancelled call's statement stops on the server; a worker killed while its statement runs
+leaves none behind, and its report runs again (attempt 2) on another worker."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,11 +17,20 @@ import pytest
 import redis
 from celery import Celery
 
-from boundary import CanonicalKey, ErrorCode, RunContext, ToolBoundary, ToolCallEnvelope
+from boundary import (
+    CanonicalKey,
+    ErrorCode,
+    InvocationStatus,
+    RunContext,
+    ToolBoundary,
+    ToolCallEnvelope,
+)
 from examples import pgreport
 from tasks import CeleryDispatcher
 from tasks.app import create_app
+from tasks.reaper import Retries, reap_once
 from tasks.runtime import get_runtime
+from tasks.settings import Settings
 from tests import pg_tools
 from tests.celery.workers import celery_process
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
@@ -30,18 +41,38 @@ RUN = RunContext(run_id="run-pgw", authorized_tools=frozenset({"sql_report"}))
 
 @dataclass
 class ReportWorker:
+    settings: Settings
+    app: Celery
     boundary: ToolBoundary
     dsn: str
     process: subprocess.Popen[bytes]
     log: Path
 
 
+@contextmanager
+def report_worker_process(
+    settings: Settings, dsn: str, log: Path, name: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A threads worker serving ``tests.pg_tools:registry`` on ``long`` and ``projections``."""
+    args = ("worker", "-P", "threads", "-c", "4", "-Q", "long,projections", "-n", f"{name}@%h")
+    with celery_process(
+        settings,
+        *args,
+        "-l",
+        "INFO",
+        "--without-mingle",
+        "--without-gossip",
+        log=log,
+        extra_env={pgreport.DSN_ENV: dsn},
+    ) as process:
+        yield process
+
+
 @pytest.fixture
 def report_worker(
     redis_client: redis.Redis, celery_session_app: Celery, tmp_path: Path
 ) -> Iterator[ReportWorker]:
-    """A threads worker serving ``tests.pg_tools:registry`` on ``long`` and ``projections``,
-    on a broker DB of its own, over a scratch database."""
+    """A report worker on a broker DB of its own, over a scratch database."""
     settings = celery_test_settings(
         broker_url=redis_url(SUBPROCESS_BROKER_DB),
         tools="tests.pg_tools:registry",
@@ -53,30 +84,17 @@ def report_worker(
         store=get_runtime().store, registry=pg_tools.registry, dispatcher=CeleryDispatcher(app)
     )
     log = tmp_path / "worker.log"
-    args = ("worker", "-P", "threads", "-c", "4", "-Q", "long,projections", "-n", "pg@%h")
-    with (
-        scratch_database() as dsn,
-        celery_process(
-            settings,
-            *args,
-            "-l",
-            "INFO",
-            "--without-mingle",
-            "--without-gossip",
-            log=log,
-            extra_env={pgreport.DSN_ENV: dsn},
-        ) as process,
-    ):
-        yield ReportWorker(boundary=boundary, dsn=dsn, process=process, log=log)
+    with scratch_database() as dsn, report_worker_process(settings, dsn, log, "pg") as process:
+        yield ReportWorker(settings, app, boundary, dsn, process, log)
     broker.flushdb()
 
 
-def start_sleep(worker: ReportWorker, call_id: str) -> list[tuple[int, str]]:
+def start_sleep(worker: ReportWorker, call_id: str, seconds: float = 100) -> list[tuple[int, str]]:
     envelope = ToolCallEnvelope(
         run_id=RUN.run_id,
         tool_call_id=call_id,
         tool_name="sql_report",
-        arguments={"report": {"name": "sleep", "seconds": 100}},
+        arguments={"report": {"name": "sleep", "seconds": seconds}},
     )
     assert worker.boundary.submit(envelope, RUN).accepted
     return wait_until(lambda: running_statements(worker.dsn), "the statement to start")
@@ -121,3 +139,54 @@ def test_a_worker_killed_while_its_statement_runs_leaves_no_statement_running(
     # Then the server notices its client is gone and ends the statement (PostgreSQL 14+
     # checks the socket every second while a statement runs; the sleep would last 100 s)
     wait_until(lambda: not running_statements(report_worker.dsn), "the statement to end")
+
+
+def reap_until_retried(worker: ReportWorker) -> None:
+    """Reaper passes (as beat would run them) until one hands the lost call to a new attempt."""
+    runtime = get_runtime()
+    settings = runtime.settings
+    retries = Retries(
+        registry=pg_tools.registry,
+        sender=CeleryDispatcher(worker.app),
+        max_redispatches=settings.max_redispatches,
+        max_pending_s=settings.max_pending_s,
+        reap_grace_s=settings.reap_grace_s,
+    )
+
+    def retried() -> bool:
+        reaped = reap_once(
+            runtime.store,
+            lambda key: None,
+            retry_after_s=settings.projection_timeout_s,
+            max_reprojections=settings.max_reprojections,
+            retries=retries,
+        )
+        if not reaped.retried:
+            time.sleep(0.5)
+        return bool(reaped.retried)
+
+    # due once silent for the tool's heartbeat timeout after the kill
+    wait_until(retried, "the reaper to retry the call", patience=pg_tools.HEARTBEAT_TIMEOUT_S + 30)
+
+
+def test_a_report_whose_worker_was_killed_runs_again_on_another_worker(
+    report_worker: ReportWorker, tmp_path: Path
+) -> None:
+    key = CanonicalKey(run_id=RUN.run_id, tool_call_id="wr1")
+    # Given a report whose statement runs in a worker that is then killed
+    start_sleep(report_worker, "wr1", seconds=2)
+    os.killpg(report_worker.process.pid, signal.SIGKILL)
+    report_worker.process.wait()
+    # When the reaper finds the call silent past its heartbeat timeout, with another worker up
+    with report_worker_process(
+        report_worker.settings, report_worker.dsn, tmp_path / "second.log", "pg2"
+    ):
+        reap_until_retried(report_worker)
+        outcome = report_worker.boundary.outcome(RUN.run_id, "wr1", timeout=60)
+    # Then the report ran again as attempt 2 and its call is READY, with one raw response
+    assert outcome.status is InvocationStatus.READY, outcome
+    record = get_runtime().store.get(key)
+    assert record is not None and record.attempt == 2
+    assert record.raw is not None and '"slept"' in record.raw
+    # And no statement of either attempt is left on the server
+    wait_until(lambda: not running_statements(report_worker.dsn), "no statement left")
