@@ -74,18 +74,27 @@ def task_status(outcome: ToolOutcome | None) -> str:
     return "completed"
 
 
-def task_fields(task_id: str, state: TaskState, poll_interval_ms: int) -> dict[str, Any]:
+def task_fields(
+    task_id: str,
+    state: TaskState,
+    poll_interval_ms: int,
+    *,
+    fixed_ttl_ms: int | None = None,
+    created_at: datetime | None = None,
+) -> dict[str, Any]:
     """A ``DetailedTask``: the record's status, timestamps and TTL, and its result once
-    completed. ``ttlMs`` counts from creation to the record's expiry as Redis keeps it."""
+    completed. ``ttlMs`` is ``fixed_ttl_ms`` (set once when the task was created, from
+    ``created_at``), else from the record's creation to its expiry as Redis keeps it."""
     status = task_status(state.outcome)
-    created_ms = int(state.created_at.timestamp() * 1000)
-    ttl_ms = None
-    if state.ttl_ms is not None:
+    created = created_at or state.created_at
+    created_ms = int(created.timestamp() * 1000)
+    ttl_ms = fixed_ttl_ms
+    if ttl_ms is None and state.ttl_ms is not None:
         ttl_ms = max(0, int(time.time() * 1000) + state.ttl_ms - created_ms)
     fields: dict[str, Any] = {
         "taskId": task_id,
         "status": status,
-        "createdAt": _iso(state.created_at),
+        "createdAt": _iso(created),
         "lastUpdatedAt": _iso(state.updated_at),
         "ttlMs": ttl_ms,
         "pollIntervalMs": poll_interval_ms,
@@ -102,10 +111,19 @@ def task_fields(task_id: str, state: TaskState, poll_interval_ms: int) -> dict[s
     return fields
 
 
-def created_task(task_id: str, state: TaskState, poll_interval_ms: int) -> dict[str, Any]:
+def created_task(
+    task_id: str,
+    state: TaskState,
+    poll_interval_ms: int,
+    *,
+    fixed_ttl_ms: int | None = None,
+    created_at: datetime | None = None,
+) -> dict[str, Any]:
     """A ``CreateTaskResult`` (``resultType: "task"``): the task's seed state (a ``Task``, so
     no inlined result even if the call already finished), with the agent's ids in ``_meta``."""
     record = state.record
-    fields = task_fields(task_id, state, poll_interval_ms)
+    fields = task_fields(
+        task_id, state, poll_interval_ms, fixed_ttl_ms=fixed_ttl_ms, created_at=created_at
+    )
     fields.pop("result", None)
     return {"resultType": "task", **fields, "_meta": ids_meta(record.run_id, record.tool_call_id)}

@@ -16,6 +16,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -81,8 +82,8 @@ class UpdateTaskParams(TaskParams):
 
 
 def task_id_of(key: CanonicalKey) -> str:
-    """The task id is the call's canonical identity, ``<run_id>:<tool_call_id>``: one task per
-    call, and any server process finds the record from it."""
+    """The extension's task id on a store without a task index: the call's canonical identity,
+    ``<run_id>:<tool_call_id>`` (on Redis, task ids are random and bound to the requester)."""
     return key.identity
 
 
@@ -252,7 +253,10 @@ class BoundaryMCP:
         if declares_tasks(ctx):
             state = await self._state(key)
             if state is not None:
-                return created_task(task_id_of(key), state, self.poll_interval_ms)
+                if not self.tasks.available:
+                    return created_task(task_id_of(key), state, self.poll_interval_ms)
+                entry = await self._add_entry(ctx, key, None, state)
+                return created_task(entry.task_id, state, self.poll_interval_ms, **_fixed(entry))
         try:
             outcome = await self._wait_plain(ctx, key)
         except anyio.get_cancelled_exc_class():
@@ -310,15 +314,35 @@ class BoundaryMCP:
         state = await self._state(key)
         if state is None:
             raise _store_unavailable()
+        entry = await self._add_entry(ctx, key, ttl_ms, state)
+        if ctx.request is None:
+            self._watch(ctx, entry)
+        return tasks_2025.created(entry, state, self.poll_interval_ms)
+
+    async def _add_entry(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        key: CanonicalKey,
+        ttl_ms: int | None,
+        state: TaskState,
+    ) -> TaskEntry:
+        """A new random task id for the call, bound to the requester, in the task index."""
         owner = tasks_2025.requester(ctx, self.session_owner)
         entry = tasks_2025.new_entry(new_task_id(), key, owner, ttl_ms, state)
         try:
             await self.tasks.add(entry)
         except StoreError:
             raise _store_unavailable() from None
-        if ctx.request is None:
-            self._watch(ctx, entry)
-        return tasks_2025.created(entry, state, self.poll_interval_ms)
+        return entry
+
+    async def _key_of(
+        self, ctx: ServerRequestContext[Any, Any], task_id: str
+    ) -> TaskEntry | CanonicalKey:
+        """The extension's task: its entry (random ids), or its key (a store with no task
+        index: the id is the canonical identity)."""
+        if not self.tasks.available:
+            return _task_key(task_id)
+        return await self._entry(ctx, task_id)
 
     def _watch(self, ctx: ServerRequestContext[Any, Any], entry: TaskEntry) -> None:
         """Sends ``notifications/tasks/status`` when the task ends, while this connection
@@ -377,11 +401,13 @@ class BoundaryMCP:
             entry, state = await self._task_2025(ctx, params.task_id)
             return tasks_2025.task_of(entry, state, self.poll_interval_ms)
         _require_tasks(ctx)
-        key = _task_key(params.task_id)
+        found = await self._key_of(ctx, params.task_id)
+        key = found.key if isinstance(found, TaskEntry) else found
         state = await self._state(key)
         if state is None:
             raise _task_not_found()
-        return task_fields(params.task_id, state, self.poll_interval_ms)
+        fixed = _fixed(found) if isinstance(found, TaskEntry) else {}
+        return task_fields(params.task_id, state, self.poll_interval_ms, **fixed)
 
     async def update_task(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
@@ -389,7 +415,9 @@ class BoundaryMCP:
         """Acknowledged for a known task; this server's tools never ask for input, so any
         responses are for no outstanding request and are ignored."""
         _require_tasks(ctx)
-        if await self._state(_task_key(params.task_id)) is None:
+        found = await self._key_of(ctx, params.task_id)
+        key = found.key if isinstance(found, TaskEntry) else found
+        if await self._state(key) is None:
             raise _task_not_found()
         return {}
 
@@ -401,7 +429,8 @@ class BoundaryMCP:
         if tasks_2025.speaks_2025_tasks(ctx):
             return await self._cancel_2025(ctx, params.task_id)
         _require_tasks(ctx)
-        key = _task_key(params.task_id)
+        found = await self._key_of(ctx, params.task_id)
+        key = found.key if isinstance(found, TaskEntry) else found
         outcome = await self.calls.cancel(key)
         if outcome.error_code is ErrorCode.RECORD_NOT_FOUND:
             raise _task_not_found()
@@ -472,6 +501,14 @@ def progress_of(outcome: ToolOutcome) -> tuple[float | None, str | None]:
     if progress is None:
         return None, None
     return progress.fraction, progress.message or None
+
+
+def _fixed(entry: TaskEntry) -> dict[str, Any]:
+    """A task's TTL and creation as its entry fixed them (stable between reads)."""
+    return {
+        "fixed_ttl_ms": entry.ttl_ms,
+        "created_at": datetime.fromtimestamp(entry.created_ms / 1000, tz=UTC),
+    }
 
 
 def _encode_cursor(member: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 import redis
 from mcp import Client
@@ -19,7 +20,7 @@ from boundary import (
     ToolBoundary,
 )
 from boundary.store import keys
-from tasks.mcp_server.client import TasksExtension, get_task
+from tasks.mcp_server.client import CancelTaskRequest, TaskIdParams, TasksExtension, get_task
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.server import build_server
 from tests.celery_tools import SECRET, SECRET_URL, registry
@@ -80,27 +81,53 @@ def test_a_2025_client_declaring_tasks_still_gets_a_plain_result(boundary: ToolB
     assert result.structured_content["status"] == "READY"
 
 
-def test_a_tasks_ttl_follows_its_records_expiry_and_an_expired_task_is_not_found(
+def test_a_tasks_ttl_is_fixed_at_creation_and_an_expired_task_is_not_found(
     boundary: ToolBoundary, redis_client: redis.Redis
 ) -> None:
     key = keys.record_key(CanonicalKey(run_id=RUN.run_id, tool_call_id="call-ttl"))
 
-    async def scenario() -> tuple[Any, Any, MCPError]:
+    async def scenario() -> tuple[Any, Any, Any, MCPError]:
         async with Client(build_server(boundary), extensions=[TasksExtension()]) as client:
             handle = await client.session.call_tool(
                 "lookup", {"query": "x"}, meta=meta("call-ttl"), allow_claimed=True
             )
-            # When the record's expiry comes closer (as time passes), then when it is gone
-            redis_client.pexpire(key, 30_000)
-            shorter = await get_task(client.session, handle.task_id)
+            first = await get_task(client.session, handle.task_id)
+            await anyio.sleep(0.01)
+            second = await get_task(client.session, handle.task_id)
+            # When the record is gone (expired)
             redis_client.delete(key)
             with pytest.raises(MCPError) as gone:
                 await get_task(client.session, handle.task_id)
-            return handle, shorter, gone.value
+            return handle, first, second, gone.value
 
-    handle, shorter, gone = anyio.run(scenario)
-    # Then ttlMs is the record's lifetime from creation: the TTL set once, then what Redis says
+    handle, first, second, gone = anyio.run(scenario)
+    # Then ttlMs is the record's lifetime when the task was created, the same on every read
     assert 590_000 <= handle.ttl_ms <= 601_000
-    assert 25_000 <= shorter.ttl_ms <= 31_000
+    assert handle.ttl_ms == first.ttl_ms == second.ttl_ms
     # And an expired task is the protocol's "not found"
     assert gone.code == -32602
+
+
+def test_an_extension_task_is_bound_to_the_session_that_created_it(
+    boundary: ToolBoundary,
+) -> None:
+    async def scenario() -> tuple[Any, MCPError, MCPError]:
+        async with Client(build_server(boundary), extensions=[TasksExtension()]) as client:
+            handle = await client.session.call_tool(
+                "lookup", {"query": "x"}, meta=meta("call-bound"), allow_claimed=True
+            )
+            own = await get_task(client.session, handle.task_id)
+        # Another stdio session (another server process): another requester
+        async with Client(build_server(boundary), extensions=[TasksExtension()]) as other:
+            with pytest.raises(MCPError) as read:
+                await get_task(other.session, handle.task_id)
+            with pytest.raises(MCPError) as cancelled:
+                await other.session.send_request(
+                    CancelTaskRequest(params=TaskIdParams(task_id=handle.task_id)), types.Result
+                )
+        return own, read.value, cancelled.value
+
+    own, read, cancelled = anyio.run(scenario)
+    assert own.status in {"working", "completed"}
+    assert read.code == cancelled.code == -32602
+    assert read.message == "Failed to retrieve task: Task not found"
