@@ -5,6 +5,9 @@ Glue::
 
     agent = Agent(name=..., model=..., tools=agent_tools(boundary.for_run(run)))
 
+A run resumed from a saved ``RunState`` makes its pending calls again under the same ids:
+``agent_tools(handle, replay=True)`` answers them with the first calls' outputs.
+
 The SDK invokes tools asynchronously only (``Runner.run_sync`` drives the same loop); the call
 waits off the event loop. The raw argument text (``ToolContext.tool_arguments``) goes to the
 boundary as is, so duplicate keys or NaN are refused there, not silently parsed. A function

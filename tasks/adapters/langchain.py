@@ -7,6 +7,10 @@ Glue::
     tools = langchain_tools(boundary.for_run(run))
     graph.add_node("tools", ToolNode(tools))          # and model.bind_tools(tools)
 
+With a checkpointer, make the tools with ``replay=True``: a graph resumed from its checkpoint
+runs its tool node again under the same tool call ids, and each call made before gets its
+first outcome instead of ``DUPLICATE_TOOL_CALL`` (the tool does not run twice).
+
 An ERROR outcome is a ``ToolMessage`` with ``status="error"`` and only the code, its sentence and
 a schema path as content. The artifact of a READY message is a reference to the canonical
 record (``{"run_id", "tool_call_id"}``), never the raw response. Requires ``langchain-core``
