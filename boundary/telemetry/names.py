@@ -29,6 +29,8 @@ RUN_ID = "tool_boundary.run_id"
 STATUS = "tool_boundary.status"
 ATTEMPT = "tool_boundary.attempt"
 EVIDENCE = "tool_boundary.evidence_status"
+#: A ``submit(..., replay=True)`` that found the same call already made (nothing was sent).
+REPLAYED = "tool_boundary.replayed"
 
 # --- Metric label keys (the same in OpenTelemetry and Prometheus) ---------------------------
 TOOL, CALL_STATUS, CODE = "tool", "status", "code"

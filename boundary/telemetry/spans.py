@@ -42,6 +42,7 @@ from boundary.telemetry.names import (
     PROJECT_DURATION,
     PROJECT_SPAN,
     QUEUE_WAIT,
+    REPLAYED,
     RUN_ID,
     SCOPE,
     STATUS,
@@ -191,6 +192,8 @@ class _Submit:
     def done(self, submission: Submission) -> Submission:
         if submission.accepted:
             self.span.set_attribute(STATUS, "PROJECTING")
+            if submission.replayed:
+                self.span.set_attribute(REPLAYED, True)
             return submission
         outcome = submission.outcome
         if outcome is None:

@@ -13,7 +13,7 @@ from boundary import (
     ToolBoundary,
     ToolCallEnvelope,
 )
-from boundary.telemetry.names import CALL_ID
+from boundary.telemetry.names import CALL_ID, REPLAYED
 from tests import otel
 from tests.celery_tools import build_registry
 
@@ -51,3 +51,29 @@ def test_in_process_steps_continue_the_callers_trace(
     for name in ("execute_tool", "tool_boundary.project"):
         parent = spans[name].parent
         assert parent is not None and parent.span_id == submit_id
+
+
+def test_a_replayed_submission_is_marked_on_its_span(store: RedisCanonicalStore) -> None:
+    # Given a call already made
+    otel.install()
+    registry = build_registry()
+    boundary = ToolBoundary(
+        store=store,
+        registry=registry,
+        dispatcher=InProcessDispatcher(store, registry, inline=True),
+    )
+    envelope = ToolCallEnvelope(
+        run_id=RUN.run_id, tool_call_id="replay-1", tool_name="lookup", arguments={"query": "x"}
+    )
+    boundary.invoke(envelope, RUN, timeout=30)
+    otel.SPANS.clear()
+    # When it is made again with replay
+    assert boundary.submit(envelope, RUN, replay=True).replayed
+    # Then its submit span says it was replayed (and nothing else ran)
+    spans = [
+        s
+        for s in otel.SPANS.get_finished_spans()
+        if (s.attributes or {}).get(CALL_ID) == "replay-1"
+    ]
+    assert [s.name for s in spans] == ["tool_boundary.submit lookup"]
+    assert (spans[0].attributes or {}).get(REPLAYED) is True
