@@ -131,6 +131,10 @@ def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
 
 
 def _require_tasks(ctx: ServerRequestContext[Any, Any]) -> None:
+    """The extension's ``tasks/*``: ``-32021`` on a 2026-07-28 connection that does not
+    declare it; ``-32601`` on a revision that has no ``tasks/*`` at all (before 2025-11-25)."""
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        raise MCPError(tasks_2025.METHOD_NOT_FOUND, "Method not found")
     if not declares_tasks(ctx):
         raise MCPError(
             MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -464,6 +468,8 @@ class BoundaryMCP:
         entry = await self._entry(ctx, params.task_id)
         while True:
             outcome = await self.calls.outcome(entry.key, tasks_2025.RESULT_WAIT_S)
+            if outcome is not None and outcome.error_code is ErrorCode.RECORD_NOT_FOUND:
+                raise tasks_2025.task_not_found()  # the record expired under the task
             if outcome is not None:
                 return tasks_2025.final_result(entry, outcome)
             # Still running: the task must still exist to be waited on.

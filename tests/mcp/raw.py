@@ -104,11 +104,13 @@ class RawStdioClient:
             message["params"] = params
         self.send(message)
 
-    def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+    def initialize(
+        self, capabilities: dict[str, Any] | None = None, revision: str = REVISION
+    ) -> dict[str, Any]:
         answer = self.request(
             "initialize",
             {
-                "protocolVersion": REVISION,
+                "protocolVersion": revision,
                 "capabilities": capabilities or {},
                 "clientInfo": {"name": "raw-test-client", "version": "0"},
             },

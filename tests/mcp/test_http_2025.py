@@ -4,18 +4,20 @@ restart; the SDK's client on 2025-11-25 and raw HTTP requests checked against th
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from boundary import RunContext
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.tasks_2025 import RELATED_TASK_META
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.raw import check
-from tests.mcp.servers import HttpServer, http_client
+from tests.mcp.servers import HttpServer, http_client, http_server
 
 
 def meta(call_id: str) -> dict[str, Any]:
@@ -112,3 +114,47 @@ def test_http_without_a_token_offers_no_tasks_list(
     assert capabilities.tasks is not None and capabilities.tasks.list is None
     assert capabilities.tasks.cancel is not None
     assert getattr(refused, "code", None) == -32601
+
+
+def test_a_task_is_bound_to_the_token_that_created_it(logs: Path, opened_run: RunContext) -> None:
+    # Given two servers on the same store, each guarded by its own token
+    with (
+        http_server(logs / "token-a.log", TOOL_BOUNDARY_MCP_TOKEN="tb-token-a-1f2e") as first,
+        http_server(logs / "token-b.log", TOOL_BOUNDARY_MCP_TOKEN="tb-token-b-9c8d") as second,
+    ):
+
+        async def scenario() -> tuple[Any, Any, list[Any], list[int]]:
+            async with http_client(first.url, token="tb-token-a-1f2e", mode="legacy") as client:
+                dispatcher = client.session._dispatcher
+                created = await dispatcher.send_raw_request(
+                    "tools/call",
+                    {
+                        "name": "lookup",
+                        "arguments": {"query": "x"},
+                        "task": {},
+                        "_meta": meta("call-token-a"),
+                    },
+                    None,
+                )
+                task_id = created["task"]["taskId"]
+                own = await dispatcher.send_raw_request("tasks/get", {"taskId": task_id}, None)
+                listed = await dispatcher.send_raw_request("tasks/list", {}, None)
+            codes = []
+            async with http_client(second.url, token="tb-token-b-9c8d", mode="legacy") as other:
+                for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+                    try:
+                        await other.session._dispatcher.send_raw_request(
+                            method, {"taskId": task_id}, None
+                        )
+                        codes.append(0)
+                    except MCPError as exc:
+                        codes.append(exc.code)
+                elsewhere = await other.session._dispatcher.send_raw_request("tasks/list", {}, None)
+            return own, listed, elsewhere["tasks"], codes
+
+        own, listed, elsewhere, codes = anyio.run(scenario)
+    # Then the token that created the task reads and lists it; another token cannot see it
+    assert own["status"] in {"working", "completed"}
+    assert [t["taskId"] for t in listed["tasks"]] == [own["taskId"]]
+    assert elsewhere == []
+    assert codes == [-32602, -32602, -32602]

@@ -325,3 +325,29 @@ def test_tasks_cancel_stops_a_heartbeating_tool(
     answer = raw.request("tasks/result", {"taskId": task_id})
     check("JSONRPCErrorResponse", answer)
     assert answer["error"]["code"] == -32603
+
+
+def test_a_revision_without_tasks_gets_method_not_found_and_no_task_is_run(
+    raw: RawStdioClient, opened_run: RunContext, store: RedisCanonicalStore
+) -> None:
+    # Given a 2025-06-18 session (that revision has no tasks)
+    init = raw.initialize(revision="2025-06-18")
+    assert init["result"]["protocolVersion"] == "2025-06-18"
+    # When it asks for tasks/* or sends params.task
+    codes = [
+        raw.request(method, {"taskId": "anything"})["error"]["code"]
+        for method in ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel")
+    ]
+    augmented = raw.request(
+        "tools/call",
+        {
+            "name": "lookup",
+            "arguments": {"query": "x"},
+            "task": {"ttl": 1000},
+            "_meta": meta("call-0618"),
+        },
+    )
+    # Then each is the revision's "method not found", and the call was never run
+    assert codes == [-32601] * 4
+    assert augmented["error"]["code"] == -32601
+    assert store.get(CanonicalKey(run_id=RUN_ID, tool_call_id="call-0618")) is None
