@@ -216,38 +216,25 @@ def execute_step(
         return _redispatch(store, key, spec, attempt, terms)
     except timeouts:
         scope.end(Ended.TIME_UP)  # the tool's next heartbeat raises CallCancelled
-        by_deadline = timeout_s < spec.timeout_s
-        return _timed_out(
-            store,
-            key,
-            spec,
-            attempt=attempt,
-            terms=terms,
-            timeout_s=timeout_s,
-            retry=not by_deadline,
-        )
     except Exception as exc:
         ended = scope.ended if isinstance(exc, CallCancelled) else None
         if ended is Ended.SEALED:
             return ExecuteResult.SEALED  # cancelled or reaped: the record decides
         if ended is Ended.SUPERSEDED:
             return ExecuteResult.HANDED_ON
-        if ended is Ended.TIME_UP:
-            by_deadline = timeout_s < spec.timeout_s
-            return _timed_out(
-                store,
-                key,
-                spec,
-                attempt=attempt,
-                terms=terms,
-                timeout_s=timeout_s,
-                retry=not by_deadline,
-            )
-        # The exception's text may hold secrets: only its type and frame are kept and logged.
-        code = ErrorCode.TOOL_EXECUTION_FAILED
-        _seal_error(store, key, code, _failed(tool, code, EXECUTE, exc))
-        return ExecuteResult.SEALED
-    return _keep_raw(store, record, raw)
+        if ended is not Ended.TIME_UP:
+            # The text may hold secrets: only the exception's type and frame are kept.
+            code = ErrorCode.TOOL_EXECUTION_FAILED
+            _seal_error(store, key, code, _failed(tool, code, EXECUTE, exc))
+            return ExecuteResult.SEALED
+    else:
+        return _keep_raw(store, record, raw)
+    # Out of time: its limit passed, or the tool saw it at a heartbeat. A timeout the run's
+    # deadline caused is not retried (the next attempt would have no time either).
+    by_deadline = timeout_s < spec.timeout_s
+    return _timed_out(
+        store, key, spec, attempt=attempt, terms=terms, timeout_s=timeout_s, retry=not by_deadline
+    )
 
 
 #: What the execute step answers when its claim did not start the tool.

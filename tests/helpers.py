@@ -6,6 +6,7 @@ The fakes count their calls with a lock so race tests can prove "executed exactl
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -271,3 +272,15 @@ def is_running(outcome: ToolOutcome, tool_call_id: str) -> bool:
     if progress is not None and (progress.attempt != 1 or progress.started_at is None):
         return False
     return outcome.model_copy(update={"progress": None}) == ToolOutcome.running(tool_call_id)
+
+
+def wait_until(condition: Callable[[], Any], what: str, patience: float = 30.0) -> Any:
+    """``condition()``'s first truthy value, asked every 20 ms; fails the test after
+    ``patience`` seconds (a bound on a wait, never a claim about how fast)."""
+    give_up = time.monotonic() + patience
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < give_up, f"gave up waiting for {what}"
+        time.sleep(0.02)

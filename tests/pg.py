@@ -6,7 +6,6 @@ Locally a missing psycopg or server skips the tests; under CI (``CI`` set) it fa
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,9 +23,6 @@ __all__ = ["ALL_REPORTS"]
 
 #: Rows of the scratch databases' demo table.
 DEMO_ROWS = 20_000
-#: Longest a server-side effect may take to show before a test fails (a bound, never a
-#: timing claim: the statements it waits on sleep far longer).
-PATIENCE_S = 20.0
 #: A function a report could call that writes: the read-only guards must refuse it.
 WRITING_FUNCTION_SQL = """
 CREATE TABLE written (n integer);
@@ -82,16 +78,6 @@ def running_statements(dsn: str) -> list[tuple[int, str]]:
             (dbname, pgreport.APPLICATION_NAME),
         ).fetchall()
     return [(int(pid), str(query)) for pid, query in rows]
-
-
-def wait_until(condition: Any, what: str, patience: float = PATIENCE_S) -> Any:
-    give_up = time.monotonic() + patience
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < give_up, f"gave up waiting for {what}"
-        time.sleep(0.02)
 
 
 def table_rows(dsn: str, table: str) -> int:

@@ -30,6 +30,7 @@ from tasks.runtime import get_runtime
 from tests import celery_tools
 from tests.celery.conftest import RUN
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.helpers import wait_until
 
 #: Longest any wait here may take before the test fails (a bound, never a timing claim).
 PATIENCE_S = 30.0
@@ -43,16 +44,6 @@ def submit(boundary: ToolBoundary, call_id: str, tool: str, arguments: dict) -> 
     assert submission.accepted, submission
     assert submission.key is not None
     return submission.key
-
-
-def wait_until(condition, what: str, patience: float = PATIENCE_S):  # type: ignore[no-untyped-def]
-    give_up = time.monotonic() + patience
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < give_up, f"gave up waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -34,7 +34,8 @@ from tasks.settings import Settings
 from tests import pg_tools
 from tests.celery.workers import celery_process
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.pg import running_statements, scratch_database, wait_until
+from tests.helpers import wait_until
+from tests.pg import running_statements, scratch_database
 
 RUN = RunContext(run_id="run-pgw", authorized_tools=frozenset({"sql_report"}))
 

@@ -26,13 +26,13 @@ from boundary import (
 )
 from examples import pgreport
 from tests.celery.conftest import all_redis_text
+from tests.helpers import wait_until
 from tests.pg import (
     ALL_REPORTS,
     DEMO_ROWS,
     running_statements,
     scratch_database,
     table_rows,
-    wait_until,
 )
 
 RUN = RunContext(run_id="run-pg", authorized_tools=frozenset({"sql_report"}))
