@@ -20,6 +20,7 @@ from boundary import (
     RunContext,
     ToolBoundary,
 )
+from tasks.mcp_server import tasks_2025
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.server import build_server
 from tasks.mcp_server.tasks_2025 import RELATED_TASK_META
@@ -176,8 +177,12 @@ def test_a_cancelled_task_stays_cancelled_and_its_result_is_an_error(
 
 
 def test_tasks_list_pages_newest_first_and_only_the_requesters_tasks(
-    boundary: ToolBoundary,
+    boundary: ToolBoundary, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Pages of two, so three tasks take two pages
+    monkeypatch.setattr(tasks_2025, "LIST_PAGE_SIZE", 2)
+    pages: list[int] = []
+
     async def scenario() -> tuple[list[str], list[str], MCPError, MCPError]:
         server = build_server(boundary)
         async with Client(server, mode="legacy") as client:
@@ -196,6 +201,7 @@ def test_tasks_list_pages_newest_first_and_only_the_requesters_tasks(
                     types.ListTasksResult,
                 )
                 listed += [task.task_id for task in page.tasks]
+                pages.append(len(page.tasks))
                 cursor = page.next_cursor
                 if cursor is None:
                     break
@@ -212,6 +218,7 @@ def test_tasks_list_pages_newest_first_and_only_the_requesters_tasks(
 
     made, listed, bad_cursor, foreign = anyio.run(scenario)
     assert listed == list(reversed(made))
+    assert pages == [2, 1]
     assert bad_cursor.code == -32602
     assert foreign.code == -32602 and foreign.message == "Failed to retrieve task: Task not found"
 
