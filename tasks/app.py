@@ -11,6 +11,7 @@ from celery import Celery
 from kombu.entity import Exchange, Queue
 
 from boundary import ToolRegistry
+from tasks.broker_transport import broker_transport
 from tasks.runtime import configure_runtime, get_settings
 from tasks.settings import Settings
 
@@ -66,6 +67,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": settings.task_sent_events,
         "task_time_limit": settings.task_time_limit_s,
         "broker_transport_options": transport,
+        # A Redis broker's acks through tasks.broker_transport: a full Redis cannot stop a worker.
+        "broker_transport": broker_transport(settings.broker),
         "broker_connection_retry_on_startup": True,
         "broker_connection_timeout": settings.publish_timeout_s,
         "task_publish_retry_policy": {

@@ -15,7 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from celery import Celery
-from kombu.transport import redis as kombu_redis
+
+from tasks.broker_transport import SafeAckChannel, SafeAckTransport
 
 #: Attempts of one publish (the first and ``task_publish_retry_policy``'s retries) share the
 #: publish timeout between them.
@@ -39,7 +40,7 @@ def publish_attempt_timeout_s(app: Celery) -> float:
     return max(float(total - pauses) / (attempts + 1), _RETRY_FLOOR_S)
 
 
-class _PublishChannel(kombu_redis.Channel):
+class _PublishChannel(SafeAckChannel):
     """kombu's Redis channel, keeping one client on its connection pool for publishing.
 
     kombu builds a new ``redis.Redis`` per publish (and per task-sent event), each copying
@@ -62,7 +63,7 @@ class _PublishChannel(kombu_redis.Channel):
         yield kept
 
 
-class _PublishTransport(kombu_redis.Transport):
+class _PublishTransport(SafeAckTransport):
     Channel = _PublishChannel
 
 
@@ -81,7 +82,9 @@ def publisher_app(app: Celery) -> Celery:
     # Sending never reads results: no backend, so no result subscription per send.
     conf["result_backend"] = None
     broker = conf.get("broker_url") or ""
-    if not conf.get("broker_transport") and urlsplit(broker).scheme in ("redis", "rediss"):
+    # The app's own Redis transport (tasks.broker_transport) or none: ours keeps its acks.
+    redis_broker = urlsplit(broker).scheme in ("redis", "rediss")
+    if conf.get("broker_transport") in (None, SafeAckTransport) and redis_broker:
         conf["broker_transport"] = _PublishTransport
     publisher.conf.update(conf)
     return publisher
