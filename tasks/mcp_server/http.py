@@ -1,5 +1,5 @@
-"""Streamable HTTP: the SDK's app (stateless, so any server process answers any request),
-behind a bearer token check, served by uvicorn."""
+"""Streamable HTTP: the SDK's app (stateless, so any server process answers any request; each
+POST answered on an event stream), behind a bearer token check, served by uvicorn."""
 
 from __future__ import annotations
 
@@ -49,9 +49,11 @@ class BearerTokenGuard:
 
 
 def http_app(server: Server[Any], *, host: str, token: str | None) -> ASGIApp:
-    """The ASGI app: stateless JSON responses (no session lives in one process)."""
+    """The ASGI app: stateless (no session lives in one process); each POST is answered on its
+    own event stream, so the request's notifications (``notifications/progress`` that keep a
+    long plain call alive) reach the client before the answer."""
     app: ASGIApp = server.streamable_http_app(
-        streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=host
+        streamable_http_path=MCP_PATH, stateless_http=True, json_response=False, host=host
     )
     return BearerTokenGuard(app, token) if token else app
 

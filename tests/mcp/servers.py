@@ -22,9 +22,10 @@ TEST_POLL_INTERVAL_MS = 100
 
 def server_env(**extra: str) -> dict[str, str]:
     """The environment of a server under test: the Celery tests' settings (store, broker and
-    backend DBs; the test tools), and a short poll interval."""
+    backend DBs; the test tools), a short poll interval and progress every 0.1 s."""
     env = settings_env(celery_test_settings())
     env["TOOL_BOUNDARY_MCP_POLL_INTERVAL_MS"] = str(TEST_POLL_INTERVAL_MS)
+    env["TOOL_BOUNDARY_MCP_PROGRESS_S"] = "0.2"
     env.pop("TOOL_BOUNDARY_MCP_TOKEN", None)
     env.update(extra)
     return env

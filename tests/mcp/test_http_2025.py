@@ -4,6 +4,7 @@ restart; the SDK's client on 2025-11-25 and raw HTTP requests checked against th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,17 @@ from tasks.mcp_server.tasks_2025 import RELATED_TASK_META
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.raw import check
 from tests.mcp.servers import HttpServer, http_client, http_server
+
+
+def answer_of(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a POST: the body, or the last ``data:`` event of an SSE stream."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        events = [
+            line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")
+        ]
+        answer: dict[str, Any] = json.loads([e for e in events if e][-1])
+        return answer
+    return dict(response.json())
 
 
 def meta(call_id: str) -> dict[str, Any]:
@@ -88,7 +100,7 @@ def test_an_mcp_name_header_naming_another_task_is_refused(
             matching = await http.post(
                 server_a.url, json=body, headers={**headers, "Mcp-Name": task_id}
             )
-        return refused.json(), matching.json()
+        return answer_of(refused), answer_of(matching)
 
     refused, matching = anyio.run(scenario)
     check("JSONRPCErrorResponse", refused)
@@ -158,3 +170,26 @@ def test_a_task_is_bound_to_the_token_that_created_it(logs: Path, opened_run: Ru
     assert [t["taskId"] for t in listed["tasks"]] == [own["taskId"]]
     assert elsewhere == []
     assert codes == [-32602, -32602, -32602]
+
+
+def test_progress_reaches_an_http_client_during_a_plain_call(
+    server_a: HttpServer, opened_run: RunContext
+) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async def scenario() -> Any:
+        async with http_client(server_a.url, mode="legacy") as client:
+            return await client.call_tool(
+                "beating",
+                {"steps": 8, "step_s": 0.3},
+                meta=meta("call-http-progress"),
+                progress_callback=on_progress,
+            )
+
+    result = anyio.run(scenario)
+    # Then the answer came on the POST's event stream, after the progress notifications
+    assert result.is_error is False
+    assert seen and any((m or "").startswith("step ") for _, _, m in seen)
