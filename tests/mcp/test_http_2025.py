@@ -5,15 +5,17 @@ restart; the SDK's client on 2025-11-25 and raw HTTP requests checked against th
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
 import pytest
+import redis
 from mcp.shared.exceptions import MCPError
 
-from boundary import RunContext
+from boundary import CanonicalKey, ErrorCode, InvocationStatus, RedisCanonicalStore, RunContext
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.tasks_2025 import RELATED_TASK_META
 from tests.mcp.conftest import RUN_ID
@@ -193,3 +195,46 @@ def test_progress_reaches_an_http_client_during_a_plain_call(
     # Then the answer came on the POST's event stream, after the progress notifications
     assert result.is_error is False
     assert seen and any((m or "").startswith("step ") for _, _, m in seen)
+
+
+def test_an_http_client_that_gives_up_on_a_plain_call_cancels_it(
+    server_a: HttpServer,
+    opened_run: RunContext,
+    store: RedisCanonicalStore,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    started = tmp_path / "started"
+
+    async def scenario() -> None:
+        async with (
+            http_client(server_a.url, mode="legacy") as client,
+            anyio.create_task_group() as group,
+        ):
+
+            async def call() -> None:
+                await client.call_tool(
+                    "sleepy", {"seconds": 4.0, "started": str(started)}, meta={RUN_ID_META: RUN_ID}
+                )
+
+            group.start_soon(call)
+            with anyio.fail_after(30):
+                while not started.exists():
+                    await anyio.sleep(0.02)
+            # When the client gives up on the call (its request's stream closes)
+            group.cancel_scope.cancel()
+
+    anyio.run(scenario)
+    # Then the call, its id minted by the server, is sealed CANCELLED
+    found = list(redis_client.scan_iter(f"tb:{{{RUN_ID}}}:call:mcp-*"))
+    assert len(found) == 1
+    name = found[0].decode() if isinstance(found[0], bytes) else found[0]
+    key = CanonicalKey(run_id=RUN_ID, tool_call_id=name.rsplit(":", 1)[1])
+    deadline = time.monotonic() + 30
+    while True:
+        record = store.get(key)
+        if record is not None and record.status is not InvocationStatus.PROJECTING:
+            break
+        assert time.monotonic() < deadline, "the call never sealed"
+        time.sleep(0.05)
+    assert record.error_code is ErrorCode.CANCELLED
