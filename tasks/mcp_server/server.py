@@ -349,15 +349,29 @@ class BoundaryMCP:
         return await self._entry(ctx, task_id)
 
     def _watch(self, ctx: ServerRequestContext[Any, Any], entry: TaskEntry) -> None:
-        """Sends ``notifications/tasks/status`` when the task ends, while this connection
-        (stdio) lives; the client must not rely on it, so a failure to send is dropped."""
+        """While this connection (stdio) lives: ``notifications/progress`` for the task when its
+        request carried a ``progressToken`` (the spec: the token stays valid for the task's
+        lifetime), as for a plain call; and ``notifications/tasks/status`` when it ends. The
+        client must not rely on either, so a failure to send is dropped."""
+        raw_meta = (ctx.params or {}).get("_meta")
+        token = raw_meta.get("progressToken") if isinstance(raw_meta, dict) else None
 
         async def watch() -> None:
             try:
+                ticks, last = 0, 0.0
                 while True:
-                    outcome = await self.calls.outcome(entry.key, tasks_2025.RESULT_WAIT_S)
-                    if outcome is not None:
+                    waited = await self.calls.wait(entry.key, self.progress_s / 2)
+                    if not waited.pending:
                         break
+                    if token is None:
+                        continue
+                    ticks += 1
+                    fraction, message = progress_of(waited)
+                    value = max(fraction, min(last + 1e-6, 1.0)) if fraction is not None else ticks
+                    await ctx.session.send_progress_notification(
+                        token, value, 1.0 if fraction is not None else None, message
+                    )
+                    last = float(value)
                 state = await self.calls.task_state(entry.key)
                 if state is None:
                     return

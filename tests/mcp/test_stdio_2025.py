@@ -282,7 +282,7 @@ def test_progress_and_status_messages_carry_the_tools_heartbeat(
             "name": "beating",
             "arguments": {"steps": 8, "step_s": 0.3, "dir": str(tmp_path)},
             "task": {},
-            "_meta": meta("call-beat-task"),
+            "_meta": meta("call-beat-task", progressToken="task-tok"),
         },
     )["result"]
     task_id = created["task"]["taskId"]
@@ -295,6 +295,15 @@ def test_progress_and_status_messages_carry_the_tools_heartbeat(
         time.sleep(0.05)
     # Then while working its statusMessage was the tool's message
     assert any(m.startswith("step ") for m in messages), messages
+    # And the task's progressToken stayed valid: progress came for it, with the tool's message
+    for_task = []
+    while not raw.notifications.empty():
+        note = raw.notifications.get()
+        if note["method"] == "notifications/progress":
+            check("ProgressNotification", note)
+            if note["params"]["progressToken"] == "task-tok":
+                for_task.append(note["params"])
+    assert any(p.get("message", "").startswith("step ") for p in for_task), for_task
 
 
 def test_tasks_cancel_stops_a_heartbeating_tool(
