@@ -224,18 +224,18 @@ class BoundaryMCP:
         meta: dict[str, Any] = dict(params.meta or {})
         run_id = meta.get(RUN_ID_META) or self.run_id
         if not isinstance(run_id, str):
-            return error_result(ErrorCode.RUN_NOT_FOUND)
+            return _refusal(augmented, ErrorCode.RUN_NOT_FOUND)
         tool_call_id = meta.get(TOOL_CALL_ID_META)
         agent_id = tool_call_id is not None
         if tool_call_id is None:
             if self.require_call_id:
-                return error_result(ErrorCode.INVALID_TOOL_CALL_ID)
+                return _refusal(augmented, ErrorCode.INVALID_TOOL_CALL_ID)
             # MCP has no call id of its own (a JSON-RPC request id repeats across reconnects):
             # mint one, use it as the canonical id, and return it.
             tool_call_id = f"{MINTED_PREFIX}{uuid.uuid4()}"
         run = await self.calls.get_run(run_id)
         if isinstance(run, ErrorCode):
-            return error_result(run)
+            return _refusal(augmented, run)
         envelope = ToolCallEnvelope(
             run_id=run_id,
             tool_call_id=tool_call_id,
@@ -248,6 +248,8 @@ class BoundaryMCP:
             submission = await self.calls.submit(envelope, run)
         out_meta = ids_meta(run_id, tool_call_id) if isinstance(tool_call_id, str) else None
         if submission.outcome is not None:
+            if augmented:
+                raise tasks_2025.refused(submission.outcome.error_code, out_meta)
             return tool_result(submission.outcome, out_meta)
         assert submission.key is not None
         key = submission.key
@@ -512,6 +514,14 @@ class BoundaryMCP:
         if following is not None:
             result["nextCursor"] = _encode_cursor(following)
         return result
+
+
+def _refusal(augmented: bool, code: ErrorCode) -> types.CallToolResult:
+    """A call refused before it had an outcome of its own: its ``isError`` result, or for a
+    task-augmented call (no task was created) the spec's protocol error."""
+    if augmented:
+        raise tasks_2025.refused(code, None)
+    return error_result(code)
 
 
 def progress_of(outcome: ToolOutcome) -> tuple[float | None, str | None]:

@@ -16,7 +16,7 @@ record                 status       statusMessage
 PROJECTING             working      the tool's heartbeat message, else a fixed one
 READY                  completed    none
 ERROR ``CANCELLED``    cancelled    the code's fixed sentence
-ERROR, any other code  failed       the code's fixed sentence
+ERROR, any other code  failed       ``<CODE>: <the code's fixed sentence>``
 =====================  ===========  =========================================
 """
 
@@ -94,6 +94,17 @@ def not_task_augmentable(reason: str) -> MCPError:
     return MCPError(METHOD_NOT_FOUND, reason)
 
 
+def refused(code: ErrorCode | None, meta: dict[str, Any] | None) -> MCPError:
+    """A task-augmented call refused before it was recorded (no run, preflight): no task was
+    created, so not a ``CreateTaskResult`` but ``-32602`` naming the code and its fixed
+    sentence, with the code and the agent's ids as data."""
+    code = code or ErrorCode.TOOL_EXECUTION_FAILED
+    data: dict[str, Any] = {"error_code": code.value}
+    if meta:
+        data["_meta"] = meta
+    return MCPError(INVALID_PARAMS, f"{code.value}: {code.message}", data)
+
+
 def task_required() -> MCPError:
     return MCPError(METHOD_NOT_FOUND, "Task augmentation required for tools/call requests")
 
@@ -111,7 +122,7 @@ def status_of(outcome: ToolOutcome | None, progress_message: str | None) -> tupl
         return "cancelled", ErrorCode.CANCELLED.message
     if outcome.is_error:
         code = outcome.error_code or ErrorCode.TOOL_EXECUTION_FAILED
-        return "failed", code.message
+        return "failed", f"{code.value}: {code.message}"
     return "completed", None
 
 

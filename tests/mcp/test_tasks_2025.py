@@ -147,7 +147,8 @@ def test_a_tool_error_is_a_failed_task_and_cancel_of_a_terminal_task_is_invalid_
 
     result, task, refused = anyio.run(scenario)
     assert task.status == "failed"
-    assert task.status_message
+    assert task.status_message is not None
+    assert task.status_message.startswith("TOOL_EXECUTION_FAILED: ")
     assert result.model_extra["isError"] is True
     assert refused.code == -32602
     assert "terminal status 'failed'" in refused.message
@@ -273,3 +274,23 @@ def test_require_call_id_refuses_a_call_without_the_agents_id(boundary: ToolBoun
     result = anyio.run(scenario)
     assert result.is_error is True
     assert result.structured_content["error_code"] == "INVALID_TOOL_CALL_ID"
+
+
+def test_a_task_augmented_call_refused_before_it_is_recorded_is_invalid_params(
+    boundary: ToolBoundary,
+) -> None:
+    async def scenario() -> tuple[MCPError, MCPError]:
+        async with Client(build_server(boundary), mode="legacy") as client:
+            with pytest.raises(MCPError) as unknown:
+                await create_task(client.session, task_call("no_such_tool", {}, "call-u"))
+            with pytest.raises(MCPError) as unauthorized:
+                await create_task(client.session, task_call("gate", {}, "call-g"))
+        return unknown.value, unauthorized.value
+
+    unknown, unauthorized = anyio.run(scenario)
+    # Then no task: the spec's -32602 naming the code, with the agent's ids
+    for refusal in (unknown, unauthorized):
+        assert refusal.code == -32602
+        assert refusal.data["error_code"] in refusal.message
+    assert unknown.data["_meta"][TOOL_CALL_ID_META] == "call-u"
+    assert store_of(boundary).get(CanonicalKey(run_id=RUN.run_id, tool_call_id="call-u")) is None
