@@ -22,7 +22,7 @@ import redis
 from bench.mcp_server import ROOT, server_command
 from boundary import CanonicalKey, ErrorCode, InvocationStatus, RedisCanonicalStore, RunContext
 from tests.mcp.conftest import RUN_ID
-from tests.mcp.servers import server_env
+from tests.mcp.servers import HttpServer, server_env
 
 HERE = Path(__file__).parent / "ts"
 
@@ -134,3 +134,33 @@ def test_an_aborted_plain_call_is_cancelled(
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert record.error_code is ErrorCode.CANCELLED
+
+
+def test_over_http_a_plain_call_is_kept_alive_and_a_task_runs(
+    ts_client: Path, opened_run: RunContext, server_a: HttpServer
+) -> None:
+    # When the same SDK talks streamable HTTP to a running server
+    plain = run_client(
+        ts_client,
+        "plain",
+        url=server_a.url,
+        tool="sleepy",
+        arguments={"seconds": 4.0},
+        callId="call-ts-http-plain",
+        timeoutMs=2000,
+    )
+    task = run_client(
+        ts_client,
+        "task",
+        url=server_a.url,
+        tool="lookup",
+        arguments={"query": "x"},
+        callId="call-ts-http-task",
+        ttl=60000,
+    )
+    # Then progress on the request's event stream kept the plain call alive past its timeout
+    assert "error" not in plain, plain
+    assert plain["isError"] is False and plain["progress"] > 0
+    # And the task ran to its result (over HTTP without a token, no tasks/list is offered)
+    assert task["messages"][0] == "taskCreated" and task["messages"][-1] == "result", task
+    assert task["result"]["isError"] is False

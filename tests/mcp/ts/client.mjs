@@ -1,20 +1,29 @@
 // The TypeScript MCP SDK as a client of `tool-boundary mcp --transport stdio`.
 // Usage: node client.mjs <scenario> <json options>; prints one JSON line with what it saw.
-// The server command comes from TB_MCP_COMMAND (a JSON array), its environment is ours.
+// Over stdio the server command comes from TB_MCP_COMMAND (a JSON array), its environment is
+// ours; with options.url, over streamable HTTP.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [scenario, rawOptions] = process.argv.slice(2);
 const options = JSON.parse(rawOptions || "{}");
-const [command, ...args] = JSON.parse(process.env.TB_MCP_COMMAND);
+
 const meta = (callId) => {
   const fields = { "tool-boundary/run_id": options.run };
   if (callId) fields["tool-boundary/tool_call_id"] = callId;
   return fields;
 };
 
-const transport = new StdioClientTransport({ command, args, env: process.env, stderr: "ignore" });
+// options.url: streamable HTTP to a running server; else stdio, starting TB_MCP_COMMAND.
+let transport;
+if (options.url) {
+  transport = new StreamableHTTPClientTransport(new URL(options.url));
+} else {
+  const [command, ...args] = JSON.parse(process.env.TB_MCP_COMMAND);
+  transport = new StdioClientTransport({ command, args, env: process.env, stderr: "ignore" });
+}
 const client = new Client({ name: "ts-sdk-test", version: "0" });
 await client.connect(transport);
 const out = { protocolVersion: transport._protocolVersion ?? null };
@@ -68,7 +77,9 @@ try {
     out.resultMs = Date.now() - started;
     if (out.taskId) {
       out.task = await client.experimental.tasks.getTask(out.taskId);
-      out.listed = (await client.experimental.tasks.listTasks()).tasks.map((t) => t.taskId);
+      if (out.capabilities?.tasks?.list) {
+        out.listed = (await client.experimental.tasks.listTasks()).tasks.map((t) => t.taskId);
+      }
     }
   } else if (scenario === "abort") {
     // A plain call the client gives up on: the SDK sends notifications/cancelled.
