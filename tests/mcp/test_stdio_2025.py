@@ -360,3 +360,28 @@ def test_a_revision_without_tasks_gets_method_not_found_and_no_task_is_run(
     assert codes == [-32601] * 4
     assert augmented["error"]["code"] == -32601
     assert store.get(CanonicalKey(run_id=RUN_ID, tool_call_id="call-0618")) is None
+
+
+def test_the_command_line_switch_and_settings_reach_the_server(opened_run: RunContext) -> None:
+    # Given a server started with --require-call-id and a per-tool task support setting
+    client = RawStdioClient(
+        server_env(TOOL_BOUNDARY_MCP_TOOL_TASK_SUPPORT='{"sleepy": "required"}'),
+        "--require-call-id",
+    )
+    try:
+        client.initialize()
+        tools = client.request("tools/list")["result"]["tools"]
+        refused = client.request(
+            "tools/call", {"name": "lookup", "arguments": {"query": "x"}, "_meta": meta()}
+        )["result"]
+        required = client.request(
+            "tools/call", {"name": "sleepy", "arguments": {}, "_meta": meta("call-req")}
+        )
+    finally:
+        client.close()
+    support = {tool["name"]: tool["execution"]["taskSupport"] for tool in tools}
+    assert support["sleepy"] == "required" and support["lookup"] == "optional"
+    # Then a call without the agent's id is refused, and a required-task tool needs a task
+    assert refused["isError"] is True
+    assert refused["structuredContent"]["error_code"] == "INVALID_TOOL_CALL_ID"
+    assert required["error"]["code"] == -32601
