@@ -77,6 +77,7 @@ def get_runtime() -> Runtime:
                 ttl_s=settings.ttl_s,
                 limits=settings.limits,
                 cluster=settings.redis_cluster,
+                memory_watermark=settings.memory_watermark,
             )
             _runtime = Runtime(settings=settings, store=store, registry=registry)
         return _runtime

@@ -44,7 +44,8 @@ def check_store_server(store: CanonicalStore, settings: Settings) -> list[str]:
         warnings.append(problem)
     if facts.maxmemory and settings.broker == settings.store_url:
         warnings.append(
-            "the broker shares the store's Redis, which has a maxmemory: when it is full the "
-            "broker's writes fail and kombu stops the worker; give the broker its own Redis"
+            "the broker shares the store's Redis, which has a maxmemory: new calls are refused "
+            "past TOOL_BOUNDARY_MEMORY_WATERMARK, but a full Redis refuses the broker's "
+            "messages too; give the broker its own Redis"
         )
     return warnings

@@ -87,6 +87,10 @@ class Settings(BaseSettings, LimitFields):
     #: Times a worker tries its store, broker and result backend at start (1 s apart, growing
     #: to 5 s: 10 is about 40 s) before it stops with one line and exit 3.
     startup_attempts: int = Field(default=10, ge=1)
+    #: New calls are refused (STORE_UNAVAILABLE) while the store's Redis uses this fraction
+    #: of its ``maxmemory`` or more, so accepted calls keep room to finish (1.0: only when
+    #: full, as Redis itself refuses).
+    memory_watermark: float = Field(default=0.9, gt=0, le=1)
     #: Publish a task-sent event for every task sent (Flower then shows a call's tasks as
     #: SENT before a worker takes them). Off saves a PUBLISH per task and about a third of
     #: a dispatch's CPU; Flower still sees received, started and succeeded.

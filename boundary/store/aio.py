@@ -44,6 +44,7 @@ from boundary.store.codec import (
     with_in_flight,
 )
 from boundary.store.notify import SealNotifier, Watch
+from boundary.store.redis_memory import MemoryWatermark
 from boundary.store.resp import PubSubLink
 
 #: The name the notifier's Pub/Sub connection gives itself (``CLIENT LIST`` shows it).
@@ -98,6 +99,9 @@ class AsyncRedisStore:
         max_connections: connections of its pool; more concurrent callers wait for one.
         clock: epoch seconds.
     """
+
+    #: The sync store's memory watermark (shared, set by ``RedisCanonicalStore.async_store``).
+    memory: MemoryWatermark | None = None
 
     def __init__(
         self,
@@ -155,6 +159,8 @@ class AsyncRedisStore:
         return int(self._clock() * 1000)
 
     async def create(self, key: CanonicalKey, **terms: Unpack[CreateTerms]) -> CreateResult:
+        if self.memory is not None:
+            await self.memory.acheck(self.client)
         run_keys, argv = create_args(
             # A plain client (never a cluster one): the script indexes the run itself.
             key,

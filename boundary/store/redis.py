@@ -59,6 +59,7 @@ from boundary.store.codec import (
 )
 from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
+from boundary.store.redis_memory import DEFAULT_MEMORY_WATERMARK, MemoryWatermark
 from boundary.store.redis_runs import RedisRuns
 
 logger = logging.getLogger(__name__)
@@ -108,6 +109,9 @@ class RedisCanonicalStore(CanonicalStore):
         ttl_s: record TTL, set once at create.
         limits: byte limits.
         clock: epoch seconds; injectable for tests.
+        memory_watermark: refuse new calls (``StoreFull``, STORE_UNAVAILABLE) while the
+            Redis uses this fraction of its ``maxmemory`` or more (``redis_memory``), so the
+            calls already accepted keep room to finish; ``None``: never.
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class RedisCanonicalStore(CanonicalStore):
         ttl_s: float = DEFAULT_TTL_S,
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
+        memory_watermark: float | None = DEFAULT_MEMORY_WATERMARK,
     ) -> None:
         if ttl_s <= 0:
             raise ValueError("ttl_s must be > 0")
@@ -125,6 +130,7 @@ class RedisCanonicalStore(CanonicalStore):
         self.ttl_s = ttl_s
         self.limits = limits or Limits()
         self._clock = clock
+        self.memory = MemoryWatermark(memory_watermark) if memory_watermark else None
         self._create = client.register_script(_CREATE)
         self._store_raw = client.register_script(_STORE_RAW)
         self._seal = client.register_script(_SEAL)
@@ -142,6 +148,7 @@ class RedisCanonicalStore(CanonicalStore):
         ttl_s: float = DEFAULT_TTL_S,
         limits: Limits | None = None,
         cluster: bool = False,
+        memory_watermark: float | None = DEFAULT_MEMORY_WATERMARK,
         **client_options: Any,
     ) -> RedisCanonicalStore:
         """A store on ``url`` (``redis://``, ``rediss://`` or ``unix://``); with ``cluster``,
@@ -158,7 +165,9 @@ class RedisCanonicalStore(CanonicalStore):
                     node_client = redis.cluster.RedisCluster.from_url(url, **client_options)
             except redis.exceptions.RedisClusterException:
                 raise StoreUnavailable() from None
-            return cls(client=node_client, ttl_s=ttl_s, limits=limits)
+            return cls(
+                client=node_client, ttl_s=ttl_s, limits=limits, memory_watermark=memory_watermark
+            )
         client_options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
         # redis-py's default pool raises at once when all its connections are busy, which
         # would turn a burst of concurrent calls into STORE_UNAVAILABLE. A blocking pool makes
@@ -166,12 +175,19 @@ class RedisCanonicalStore(CanonicalStore):
         client_options.setdefault("timeout", client_options["socket_timeout"])
         client_options["decode_responses"] = True
         pool = redis.BlockingConnectionPool.from_url(url, **client_options)
-        return cls(client=redis.Redis(connection_pool=pool), ttl_s=ttl_s, limits=limits)
+        return cls(
+            client=redis.Redis(connection_pool=pool),
+            ttl_s=ttl_s,
+            limits=limits,
+            memory_watermark=memory_watermark,
+        )
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
     def create(self, key: CanonicalKey, **terms: Unpack[CreateTerms]) -> CreateResult:
+        if self.memory is not None:
+            self.memory.check(self.client)
         run_keys, argv = create_args(
             # One round trip: the script indexes the run itself, except on a cluster.
             key,
@@ -515,6 +531,8 @@ class RedisCanonicalStore(CanonicalStore):
         with a cluster client the async calls run the sync ones on threads)."""
         if not isinstance(self.client, redis.Redis):
             return None
-        return AsyncRedisStore.like(
+        store = AsyncRedisStore.like(
             self.client, ttl_s=self.ttl_s, limits=self.limits, clock=self._clock
         )
+        store.memory = self.memory
+        return store

@@ -42,6 +42,7 @@ def open_store(settings: Settings) -> RedisCanonicalStore:
             ttl_s=settings.ttl_s,
             limits=settings.limits,
             cluster=settings.redis_cluster,
+            memory_watermark=settings.memory_watermark,
         )
     except ValueError:
         fail("TOOL_BOUNDARY_REDIS_URL is not a Redis URL", EXIT_USAGE)
