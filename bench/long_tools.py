@@ -38,6 +38,7 @@ from boundary import (
     InvocationStatus,
     Projection,
     RedisCanonicalStore,
+    RetryPolicy,
     RunContext,
     ToolBoundary,
     ToolCallEnvelope,
@@ -115,6 +116,14 @@ registry = ToolRegistry(
         _spec("long_sleep", long_sleep, timeout_s=900, heartbeat_timeout_s=30, queue="long"),
         _spec("long_sleep_shared", long_sleep, timeout_s=900, heartbeat_timeout_s=30),
         _spec("beat_often", beat_often, timeout_s=900, heartbeat_timeout_s=LOSS_TIMEOUT_S),
+        # bench.kill_soak's tool: about a second of heartbeats, retried when lost.
+        _spec(
+            "soak",
+            beat_often,
+            timeout_s=20,
+            heartbeat_timeout_s=3.0,
+            retry=RetryPolicy(max_attempts=3, backoff_s=0.5),
+        ),
     ]
 )
 
