@@ -8,8 +8,8 @@ the tool heartbeats (timeout 3 s) for about a second and its policy allows 3 att
 the calls run, a worker is killed (``kill -9`` of its whole process group) every few seconds
 and started again. Reported: how the calls ended, how many were retried or re-sent (their
 message never reached a tool), the largest attempt, and the seconds until the last one
-ended. ``MAX_PENDING_S`` is 20 s so a message lost with a killed worker is found (and sent
-again by the reaper) within the run; the broker's own redelivery (``VISIBILITY_TIMEOUT_S``,
+ended. ``MAX_PENDING_S`` is 60 s (above the queue wait of 300 one-second calls on 8 slots)
+so a message lost with a killed worker is found (and sent again by the reaper) within the run; the broker's own redelivery (``VISIBILITY_TIMEOUT_S``,
 above the longest tool's limit) comes too late to matter here. Uses the bench's DBs (3-5), flushed before and after.
 """
 
@@ -168,12 +168,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--kills", type=int, default=8)
+    parser.add_argument(
+        "--max-pending-s",
+        type=float,
+        default=60.0,
+        help="MAX_PENDING_S: keep it above the calls' queue wait, or queued calls are re-sent",
+    )
     parser.add_argument("--logs", default="/tmp/tool-boundary-bench-soak")
     args = parser.parse_args(argv)
     settings = bench_settings(args.redis_url).model_copy(
         update={
             "tools": "bench.long_tools:registry",
-            "max_pending_s": 20.0,
+            "max_pending_s": args.max_pending_s,
             "reap_grace_s": 1.0,
             "reap_interval_s": 1.0,
             "visibility_timeout_s": 1000,
