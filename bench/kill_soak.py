@@ -9,8 +9,9 @@ the calls run, a worker is killed (``kill -9`` of its whole process group) every
 and started again. Reported: how the calls ended, how many were retried or re-sent (their
 message never reached a tool), the largest attempt, and the seconds until the last one
 ended. ``MAX_PENDING_S`` is 60 s (above the queue wait of 300 one-second calls on 8 slots)
-so a message lost with a killed worker is found (and sent again by the reaper) within the run; the broker's own redelivery (``VISIBILITY_TIMEOUT_S``,
-above the longest tool's limit) comes too late to matter here. Uses the bench's DBs (3-5), flushed before and after.
+so a message lost with a killed worker is found (and sent again by the reaper) within the
+run; the broker's own redelivery (``VISIBILITY_TIMEOUT_S``, above the longest tool's limit)
+comes too late to matter here. Uses the bench's DBs (3-5), flushed before and after.
 """
 
 from __future__ import annotations
