@@ -13,6 +13,7 @@ from kombu.entity import Exchange, Queue
 from boundary import ToolRegistry
 from tasks.broker_transport import broker_transport
 from tasks.runtime import configure_runtime, get_settings
+from tasks.sentinel import celery_url
 from tasks.settings import Settings
 
 #: Queue of the execute step (runs tools).
@@ -35,9 +36,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "unacked_restore_interval": settings.restore_sweep_s,
             "unacked_restore_throttle": 1,
         }
+    broker_url, broker_options = celery_url(settings.broker)
+    backend_url, backend_options = celery_url(settings.backend)
+    transport |= broker_options
     return {
-        "broker_url": settings.broker,
-        "result_backend": settings.backend,
+        "broker_url": broker_url,
+        "result_backend": backend_url,
+        "result_backend_transport_options": backend_options,
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],

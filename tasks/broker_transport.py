@@ -100,7 +100,20 @@ class SafeAckTransport(kombu_redis.Transport):
     Channel = SafeAckChannel
 
 
+class SafeAckSentinelChannel(kombu_redis.SentinelChannel):
+    QoS = SafeAckQoS
+
+
+class SafeAckSentinelTransport(kombu_redis.SentinelTransport):
+    """The same through Redis Sentinel (``redis+sentinel://``, see ``tasks.sentinel``)."""
+
+    Channel = SafeAckSentinelChannel
+
+
 def broker_transport(url: str) -> type[kombu_redis.Transport] | None:
-    """The transport class for a broker URL: ours for Redis, ``None`` (kombu's choice from the
-    URL's scheme) for any other broker."""
-    return SafeAckTransport if urlsplit(url).scheme in ("redis", "rediss") else None
+    """The transport class for a broker URL (as the settings have it): ours for Redis and
+    Redis Sentinel, ``None`` (kombu's choice from the URL's scheme) for any other broker."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "redis+sentinel":
+        return SafeAckSentinelTransport
+    return SafeAckTransport if scheme in ("redis", "rediss") else None

@@ -13,6 +13,7 @@ from boundary.core import DEFAULT_MAX_PENDING_S, DEFAULT_REAP_GRACE_S
 from boundary.limits import LimitFields
 from boundary.steps import DEFAULT_MAX_TOOL_THREADS, DEFAULT_PROJECTION_TIMEOUT_S
 from boundary.store.base import DEFAULT_TTL_S
+from boundary.store.sentinel import is_sentinel_url, parse_sentinel_url
 
 #: Where the store lives when nothing is configured (workers and the CLI; the demo embeds one).
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -154,6 +155,12 @@ def load_settings() -> Settings:
 def _parsable(url: str) -> bool:
     """Whether ``url`` splits where its writer meant: a scheme, a numeric port if any, a host
     for network schemes, and no ``@`` after the host (a sign the password was cut short)."""
+    if is_sentinel_url(url):
+        try:
+            parse_sentinel_url(url)
+        except ValueError:
+            return False
+        return True
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises on a port that is not a number)
@@ -169,6 +176,12 @@ def _parsable(url: str) -> bool:
 
 def redis_location(url: str) -> str:
     """Host, port and DB of a Redis URL, never its credentials."""
+    if is_sentinel_url(url):
+        try:
+            address = parse_sentinel_url(url)
+        except ValueError:
+            return "?"
+        return f"sentinel service {address.service}/{address.db}"
     try:
         parts = urlsplit(url)
         if parts.scheme == "unix":

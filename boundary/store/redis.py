@@ -15,6 +15,7 @@ from typing import Any, Unpack
 
 import redis
 import redis.cluster
+import redis.sentinel
 from pydantic import ValidationError
 
 from boundary.errors import StoreUnavailable
@@ -61,6 +62,7 @@ from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
 from boundary.store.redis_memory import DEFAULT_MEMORY_WATERMARK, MemoryWatermark
 from boundary.store.redis_runs import RedisRuns
+from boundary.store.sentinel import is_sentinel_url, parse_sentinel_url
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +95,24 @@ def _due_keys(identities: list[str]) -> Iterator[CanonicalKey]:
             yield CanonicalKey.from_identity(identity)
         except ValidationError:
             continue
+
+
+def _sentinel_client(url: str, options: dict[str, Any]) -> redis.Redis:
+    """A client of the master that the Sentinels of a ``redis+sentinel://`` URL name: each new
+    connection asks them where the master is, so the store follows a failover."""
+    address = parse_sentinel_url(url)
+    options.pop("max_connections", None)
+    timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
+    sentinel = redis.sentinel.Sentinel(list(address.sentinels), sentinel_kwargs=timeouts)
+    client: redis.Redis = sentinel.master_for(
+        address.service,
+        db=address.db,
+        username=address.username,
+        password=address.password,
+        decode_responses=True,
+        **options,
+    )
+    return client
 
 
 def _score(score: float) -> str:
@@ -156,6 +176,13 @@ class RedisCanonicalStore(CanonicalStore):
         run's hash slot; the one global key is only ever touched alone)."""
         client_options.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
         client_options.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT_S)
+        if is_sentinel_url(url):
+            return cls(
+                client=_sentinel_client(url, client_options),
+                ttl_s=ttl_s,
+                limits=limits,
+                memory_watermark=memory_watermark,
+            )
         if cluster:
             client_options["decode_responses"] = True
             client_options.pop("max_connections", None)
@@ -529,7 +556,9 @@ class RedisCanonicalStore(CanonicalStore):
     def async_store(self) -> AsyncStore | None:
         """An asyncio store on the same server and DB (a plain ``redis.Redis`` client only;
         with a cluster client the async calls run the sync ones on threads)."""
-        if not isinstance(self.client, redis.Redis):
+        if not isinstance(self.client, redis.Redis) or isinstance(
+            self.client.connection_pool, redis.sentinel.SentinelConnectionPool
+        ):
             return None
         store = AsyncRedisStore.like(
             self.client, ttl_s=self.ttl_s, limits=self.limits, clock=self._clock

@@ -1,0 +1,27 @@
+"""``redis+sentinel://`` (``boundary.store.sentinel``) in the forms kombu and Celery read.
+
+kombu's broker and Celery's result backend both take ``sentinel://host:port/db`` chunks joined
+by ``;`` and the master's name as the transport option ``master_name``
+(``broker_transport_options``, ``result_backend_transport_options``). The password in each
+chunk is the master's, as in ours.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from boundary.store.sentinel import is_sentinel_url, parse_sentinel_url
+
+
+def celery_url(url: str) -> tuple[str, dict[str, Any]]:
+    """``url`` as kombu and Celery want it, with the transport options it needs (none for a
+    URL that is not ``redis+sentinel://``)."""
+    if not is_sentinel_url(url):
+        return url, {}
+    address = parse_sentinel_url(url)
+    auth = ""
+    if address.password is not None:
+        auth = f"{quote(address.username or '', safe='')}:{quote(address.password, safe='')}@"
+    chunks = [f"sentinel://{auth}{host}:{port}/{address.db}" for host, port in address.sentinels]
+    return ";".join(chunks), {"master_name": address.service}
