@@ -76,7 +76,7 @@ def get_runtime() -> Runtime:
                 settings.store_url,
                 ttl_s=settings.ttl_s,
                 limits=settings.limits,
-                cluster=settings.redis_cluster,
+                cluster=settings.store_is_cluster(),
                 memory_watermark=settings.memory_watermark,
             )
             _runtime = Runtime(settings=settings, store=store, registry=registry)

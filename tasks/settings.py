@@ -13,6 +13,7 @@ from boundary.core import DEFAULT_MAX_PENDING_S, DEFAULT_REAP_GRACE_S
 from boundary.limits import LimitFields
 from boundary.steps import DEFAULT_MAX_TOOL_THREADS, DEFAULT_PROJECTION_TIMEOUT_S
 from boundary.store.base import DEFAULT_TTL_S
+from boundary.store.redis_facts import cluster_enabled
 from boundary.store.sentinel import is_sentinel_url, parse_sentinel_url
 
 #: Where the store lives when nothing is configured (workers and the CLI; the demo embeds one).
@@ -76,7 +77,16 @@ class Settings(BaseSettings, LimitFields):
     project_resends: int = Field(default=5, ge=0)
     #: ``REDIS_URL`` names a node of a Redis Cluster (the store, the CLI, observe, reproject
     #: and the reaper then work across the cluster; the broker must be a plain Redis).
-    redis_cluster: bool = False
+    #: ``None``: asked of the server at start (``INFO cluster``).
+    redis_cluster: bool | None = None
+
+    def store_is_cluster(self) -> bool:
+        """``redis_cluster``, or when unset whether the store's Redis says it is a Cluster node
+        (one round trip; a Redis that does not answer counts as a plain one)."""
+        if self.redis_cluster is not None:
+            return self.redis_cluster
+        return cluster_enabled(self.store_url)
+
     #: A worker serves Prometheus ``/metrics`` on this port (``None``: no endpoint).
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     #: ...on this address; a host's other machines reach it only if told so ("0.0.0.0").

@@ -63,3 +63,23 @@ def _cluster_facts(client: redis.cluster.RedisCluster) -> ServerFacts:
         # Set when every node keeps its writes one way or the other (``persistent``).
         rdb=all(node.persistent for node in nodes),
     )
+
+
+def cluster_enabled(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether the Redis at ``url`` is a Redis Cluster node (``INFO cluster``), so a store URL
+    that names one works without being told. ``False`` when it does not answer (the store's
+    own errors then say so) or for a ``redis+sentinel://`` URL."""
+    if url.lower().startswith("redis+sentinel://"):
+        return False
+    try:
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
+        )
+    except ValueError:
+        return False
+    try:
+        return bool(int(client.info("cluster").get("cluster_enabled", 0)))
+    except (redis.RedisError, OSError, ValueError):
+        return False
+    finally:
+        client.close()

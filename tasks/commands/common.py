@@ -41,7 +41,7 @@ def open_store(settings: Settings) -> RedisCanonicalStore:
             settings.store_url,
             ttl_s=settings.ttl_s,
             limits=settings.limits,
-            cluster=settings.redis_cluster,
+            cluster=settings.store_is_cluster(),
             memory_watermark=settings.memory_watermark,
         )
     except ValueError:

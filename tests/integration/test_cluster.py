@@ -210,3 +210,43 @@ def test_runs_are_listed_from_the_runs_index_on_the_cluster_not_by_scan(
     assert "cl-unindexed" not in listed
     assert "cl-unindexed" in set(store.scanned_run_ids())
     assert 0 < store.client.pttl(keys.RUNS) <= 600_000
+
+
+def test_a_store_url_naming_a_cluster_node_works_without_the_cluster_setting(
+    cluster: list[RedisServer], redis_client: object
+) -> None:
+    from tasks.settings import Settings
+    from tests.conftest import redis_url
+
+    # Given a call on the cluster
+    store = RedisCanonicalStore.from_url(cluster[1].url, ttl_s=600, cluster=True)
+    boundary = ToolBoundary(
+        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
+    )
+    run = _run(300)
+    assert boundary.invoke(_call(run, 0), run, timeout=30).status is InvocationStatus.READY
+    # When the CLI is pointed at a node that does not hold it, TOOL_BOUNDARY_REDIS_CLUSTER unset
+    key = keys.record_key(CanonicalKey(run_id=run.run_id, tool_call_id="c0"))
+    holder = store.client.get_node_from_key(key).port
+    other = next(server for server in cluster if server.port != holder)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
+    env |= {
+        "TOOL_BOUNDARY_REDIS_URL": other.url,
+        "TOOL_BOUNDARY_TOOLS": "tests.celery_tools:registry",
+        "PYTHONPATH": str(ROOT),
+    }
+    script = Path(sys.executable).with_name("tool-boundary")
+    shown = subprocess.run(
+        [str(script), "show", run.run_id, "c0", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    # Then it found out at start: the record is read across the cluster
+    assert shown.returncode == 0 and "READY" in shown.stdout, shown.stderr
+    assert Settings(redis_url=cluster[2].url).store_is_cluster()
+    # And a plain Redis stays plain, an explicit setting wins
+    assert not Settings(redis_url=redis_url(0)).store_is_cluster()
+    assert not Settings(redis_url=cluster[2].url, redis_cluster=False).store_is_cluster()
