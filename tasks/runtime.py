@@ -78,6 +78,7 @@ def get_runtime() -> Runtime:
                 limits=settings.limits,
                 cluster=settings.store_is_cluster(),
                 memory_watermark=settings.memory_watermark,
+                wait_replicas=settings.redis_wait_replicas,
             )
             _runtime = Runtime(settings=settings, store=store, registry=registry)
         return _runtime

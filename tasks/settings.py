@@ -98,6 +98,9 @@ class Settings(BaseSettings, LimitFields):
     #: Times a worker tries its store, broker and result backend at start (1 s apart, growing
     #: to 5 s: 10 is about 40 s) before it stops with one line and exit 3.
     startup_attempts: int = Field(default=10, ge=1)
+    #: After a create or a seal the store waits (``WAIT``, at most 100 ms) until this many
+    #: replicas have it: a Sentinel failover then loses no accepted call (0: no wait).
+    redis_wait_replicas: int = Field(default=0, ge=0)
     #: New calls are refused (STORE_UNAVAILABLE) while the store's Redis uses this fraction
     #: of its ``maxmemory`` or more, so accepted calls keep room to finish (1.0: only when
     #: full, as Redis itself refuses).

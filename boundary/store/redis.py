@@ -72,6 +72,8 @@ DEFAULT_CONNECT_TIMEOUT_S = 2.0
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
 #: Connections a store made by ``from_url`` keeps; more concurrent callers wait for one.
 DEFAULT_MAX_CONNECTIONS = 100
+#: Longest ``WAIT`` for replicas after a create or a seal (``wait_replicas``), ms.
+DEFAULT_WAIT_TIMEOUT_MS = 100
 #: SCAN batch size hint.
 SCAN_COUNT = 1000
 #: Runs summarised per pipeline (``run_summaries``).
@@ -132,6 +134,10 @@ class RedisCanonicalStore(CanonicalStore):
         memory_watermark: refuse new calls (``StoreFull``, STORE_UNAVAILABLE) while the
             Redis uses this fraction of its ``maxmemory`` or more (``redis_memory``), so the
             calls already accepted keep room to finish; ``None``: never.
+        wait_replicas: after a create or a seal, ``WAIT`` (same connection, same round trip)
+            until this many replicas have it, at most ``wait_timeout_ms``: a failover then
+            cannot lose an accepted call or a seal a caller saw (unless the wait timed out,
+            which is logged). 0: no wait. A plain client only (not a cluster one).
     """
 
     def __init__(
@@ -142,6 +148,8 @@ class RedisCanonicalStore(CanonicalStore):
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
         memory_watermark: float | None = DEFAULT_MEMORY_WATERMARK,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
     ) -> None:
         if ttl_s <= 0:
             raise ValueError("ttl_s must be > 0")
@@ -151,6 +159,8 @@ class RedisCanonicalStore(CanonicalStore):
         self.limits = limits or Limits()
         self._clock = clock
         self.memory = MemoryWatermark(memory_watermark) if memory_watermark else None
+        self.wait_replicas = 0 if self._cluster else wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
         self._create = client.register_script(_CREATE)
         self._store_raw = client.register_script(_STORE_RAW)
         self._seal = client.register_script(_SEAL)
@@ -169,6 +179,7 @@ class RedisCanonicalStore(CanonicalStore):
         limits: Limits | None = None,
         cluster: bool = False,
         memory_watermark: float | None = DEFAULT_MEMORY_WATERMARK,
+        wait_replicas: int = 0,
         **client_options: Any,
     ) -> RedisCanonicalStore:
         """A store on ``url`` (``redis://``, ``rediss://`` or ``unix://``); with ``cluster``,
@@ -182,6 +193,7 @@ class RedisCanonicalStore(CanonicalStore):
                 ttl_s=ttl_s,
                 limits=limits,
                 memory_watermark=memory_watermark,
+                wait_replicas=wait_replicas,
             )
         if cluster:
             client_options["decode_responses"] = True
@@ -207,6 +219,7 @@ class RedisCanonicalStore(CanonicalStore):
             ttl_s=ttl_s,
             limits=limits,
             memory_watermark=memory_watermark,
+            wait_replicas=wait_replicas,
         )
 
     def _now_ms(self) -> int:
@@ -223,11 +236,29 @@ class RedisCanonicalStore(CanonicalStore):
             index=not self._cluster,
         )
         with _translated():
-            created, detail = self._create(keys=run_keys, args=argv)
+            created, detail = self._replicated(self._create, run_keys, argv)
         result = create_result(created, detail)
         if self._cluster and result.seq is not None:
             self._index_run(key.run_id, first=result.seq == 1)
         return result
+
+    def _replicated(self, script: Any, run_keys: Sequence[str], argv: Sequence[Any]) -> Any:
+        """The script's reply; with ``wait_replicas``, sent in one pipeline with a ``WAIT``,
+        which counts the replicas that have this connection's writes."""
+        if not self.wait_replicas:
+            return script(keys=run_keys, args=argv)
+        pipe = self.client.pipeline(transaction=False)
+        script(keys=run_keys, args=argv, client=pipe)
+        pipe.wait(self.wait_replicas, self.wait_timeout_ms)
+        reply, acked = pipe.execute()
+        if int(acked) < self.wait_replicas:
+            logger.warning(
+                "a write reached %s of %d replica(s) within %d ms",
+                acked,
+                self.wait_replicas,
+                self.wait_timeout_ms,
+            )
+        return reply
 
     def _index_run(self, run_id: str, *, first: bool = False) -> None:
         """On a cluster (``create.lua`` cannot touch the indexes there: other hash slots),
@@ -273,7 +304,7 @@ class RedisCanonicalStore(CanonicalStore):
     def seal(self, key: CanonicalKey, **terms: Unpack[SealTerms]) -> WriteStatus:
         run_keys, argv = seal_args(key, terms, now_ms=self._now_ms(), index=not self._cluster)
         with _translated():
-            code = self._seal(keys=run_keys, args=argv)
+            code = self._replicated(self._seal, run_keys, argv)
         return seal_result(code)
 
     def get(self, key: CanonicalKey, *, with_raw: bool = True) -> CanonicalRecord | None:

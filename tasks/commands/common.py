@@ -43,6 +43,7 @@ def open_store(settings: Settings) -> RedisCanonicalStore:
             limits=settings.limits,
             cluster=settings.store_is_cluster(),
             memory_watermark=settings.memory_watermark,
+            wait_replicas=settings.redis_wait_replicas,
         )
     except ValueError:
         fail("TOOL_BOUNDARY_REDIS_URL is not a Redis URL", EXIT_USAGE)

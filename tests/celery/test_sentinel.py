@@ -50,8 +50,9 @@ STABLE = {
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("wait_replicas", [0, 1])
 def test_calls_survive_a_sentinel_failover_and_the_worker_stays_up(
-    redis_client: redis.Redis, celery_session_app: Celery, tmp_path: Path
+    redis_client: redis.Redis, celery_session_app: Celery, tmp_path: Path, wait_replicas: int
 ) -> None:
     with sentinel_setup(tmp_path / "sentinel") as setup:
         settings = celery_test_settings(
@@ -61,8 +62,11 @@ def test_calls_survive_a_sentinel_failover_and_the_worker_stays_up(
             max_pending_s=8,
             reap_grace_s=1,
             reap_interval_s=1,
+            redis_wait_replicas=wait_replicas,
         )
-        store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=600)
+        store = RedisCanonicalStore.from_url(
+            settings.store_url, ttl_s=600, wait_replicas=wait_replicas
+        )
         boundary = ToolBoundary(
             store=store,
             registry=get_runtime().registry,
@@ -142,7 +146,8 @@ def test_calls_survive_a_sentinel_failover_and_the_worker_stays_up(
             )
             assert boundary.invoke(after, RUN, timeout=60).status is InvocationStatus.READY
     print(
-        f"sentinel failover: {len(ids)} accepted, {in_flight} PROJECTING at the kill, "
+        f"sentinel failover, WAIT {wait_replicas}: {len(ids)} accepted, "
+        f"{in_flight} PROJECTING at the kill, "
         f"ends {dict(ends)}, submits refused {dict(refused)}, new calls accepted again "
         f"{first_after - killed:.1f}s after the kill, worker restarts 0"
     )
