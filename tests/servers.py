@@ -145,14 +145,13 @@ def redis_server(directory: Path, *args: str, password: str | None = None) -> It
             _taken.discard(server.port)
 
 
-#: ``redis-cli --cluster create`` options: masters only, no prompt.
-_CREATE = ("--cluster-replicas", "0", "--cluster-yes")
-
-
 @contextmanager
-def redis_cluster(directory: Path, nodes: int = 3) -> Iterator[list[RedisServer]]:
+def redis_cluster(
+    directory: Path, nodes: int = 3, replicas: int = 0, *extra: str
+) -> Iterator[list[RedisServer]]:
     """A Redis Cluster of ``nodes`` masters of the test's own (``--cluster-enabled yes``, slots
-    assigned by ``redis-cli --cluster create``); yields its servers once the state is ok."""
+    assigned by ``redis-cli --cluster create``), each with ``replicas`` replicas (``extra``:
+    more server options); yields its servers once the state is ok."""
     cli = shutil.which("redis-cli")
     if cli is None:
         if CI:
@@ -167,14 +166,23 @@ def redis_cluster(directory: Path, nodes: int = 3) -> Iterator[list[RedisServer]
             "nodes.conf",
             "--appendonly",
             "no",
+            *extra,
         )
-        for n in range(nodes)
+        for n in range(nodes * (1 + replicas))
     ]
     try:
         for server in servers:
             server.start()
         subprocess.run(
-            [cli, "--cluster", "create", *(f"127.0.0.1:{s.port}" for s in servers), *_CREATE],
+            [
+                cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{s.port}" for s in servers),
+                "--cluster-replicas",
+                str(replicas),
+                "--cluster-yes",
+            ],
             check=True,
             capture_output=True,
             timeout=60,

@@ -1,0 +1,173 @@
+"""A master failover in a 3-master, 3-replica Redis Cluster (the store; broker and results on
+a plain Redis) while calls run: every accepted call ends READY or with a stable code, none
+stays PROJECTING, the worker keeps serving, and the store URL names a node without
+``TOOL_BOUNDARY_REDIS_CLUSTER`` (found out at start)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+
+from boundary import (
+    CanonicalKey,
+    ErrorCode,
+    InvocationStatus,
+    RedisCanonicalStore,
+    RunContext,
+    ToolBoundary,
+    ToolCallEnvelope,
+)
+from boundary.store import keys
+from tasks import CeleryDispatcher
+from tasks.app import create_app
+from tasks.runtime import get_runtime
+from tests.celery.workers import celery_process, worker_args
+from tests.conftest import celery_test_settings
+from tests.servers import redis_cluster, redis_server
+
+#: Runs the load spreads its calls over (their slots fall on every master).
+RUNS = 12
+#: Calls accepted before the master is killed, and after the cluster is whole again.
+BEFORE, AFTER = 40, 20
+#: Each call's tool run, seconds.
+TOOL_S = 0.3
+#: A silent node is failed after this long, ms (Redis's default is 15 s).
+NODE_TIMEOUT_MS = 2000
+#: Bound of every wait, seconds (reached only when the test fails).
+GIVE_UP_S = 90.0
+STABLE = {ErrorCode.STORE_UNAVAILABLE, ErrorCode.WORKER_LOST, ErrorCode.DISPATCH_FAILED}
+
+
+def _run(n: int) -> RunContext:
+    return RunContext(run_id=f"cf-{n % RUNS}", authorized_tools=frozenset({"sleepy", "lookup"}))
+
+
+@pytest.mark.slow
+def test_a_cluster_master_failover_loses_no_accepted_call(
+    redis_client: redis.Redis, celery_session_app: Celery, tmp_path: Path
+) -> None:
+    # A replica may take over whatever its link's age (a test's replica synced seconds ago).
+    timeout = (
+        "--cluster-node-timeout",
+        str(NODE_TIMEOUT_MS),
+        "--cluster-replica-validity-factor",
+        "0",
+    )
+    with (
+        redis_cluster(tmp_path / "cluster", 3, 1, *timeout) as nodes,
+        redis_server(tmp_path / "broker", "--appendonly", "yes") as broker,
+    ):
+        give_up = time.monotonic() + GIVE_UP_S
+        while (
+            sum(n.client().info("replication").get("master_link_status") == "up" for n in nodes) < 3
+        ):
+            assert time.monotonic() < give_up, "the replicas never synced"
+            time.sleep(0.1)
+        # Given a worker whose store URL names one node, the cluster setting unset
+        settings = celery_test_settings(
+            redis_url=nodes[0].url,
+            broker_url=broker.url,
+            result_backend=broker.url.replace("/0", "/1"),
+            max_pending_s=8,
+            reap_grace_s=1,
+            reap_interval_s=1,
+        )
+        assert settings.redis_cluster is None and settings.store_is_cluster()
+        store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=600, cluster=True)
+        boundary = ToolBoundary(
+            store=store,
+            registry=get_runtime().registry,
+            dispatcher=CeleryDispatcher(create_app(settings, name="tests_cluster_failover")),
+            max_pending_s=settings.max_pending_s,
+            reap_grace_s=settings.reap_grace_s,
+        )
+        log = tmp_path / "w.log"
+        args = (*worker_args("cluster-fo", concurrency=8), "-B", "-s", str(tmp_path / "beat"))
+        with celery_process(settings, *args, log=log) as worker:
+            pid = worker.pid
+            accepted: list[tuple[float, CanonicalKey]] = []
+            refused: Counter[ErrorCode | None] = Counter()
+            stop = threading.Event()
+
+            def load() -> None:
+                n = 0
+                while not stop.is_set():
+                    run = _run(n)
+                    envelope = ToolCallEnvelope(
+                        run_id=run.run_id,
+                        tool_call_id=f"c{n}",
+                        tool_name="sleepy",
+                        arguments={"seconds": TOOL_S, "n": n},
+                    )
+                    n += 1
+                    submission = boundary.submit(envelope, run)
+                    if submission.accepted:
+                        accepted.append((time.monotonic(), submission.key))
+                    else:
+                        assert submission.outcome is not None
+                        refused[submission.outcome.error_code] += 1
+                        time.sleep(0.05)
+                    time.sleep(0.02)
+
+            loader = threading.Thread(target=load, daemon=True)
+            loader.start()
+            while len(accepted) < BEFORE:
+                assert time.monotonic() < give_up, refused
+                time.sleep(0.05)
+            # When the master holding the first run's slot is killed
+            slot_node = store.client.get_node_from_key(keys.record_key(accepted[0][1]))
+            victim = next(n for n in nodes if n.port == slot_node.port)
+            in_flight = sum(
+                1
+                for _, key in list(accepted)
+                if (r := store.get(key)) is not None and r.status is InvocationStatus.PROJECTING
+            )
+            victim.stop(signal.SIGKILL)
+            killed = time.monotonic()
+            # (calls of the killed master's slots are accepted again once its replica took over)
+            while (
+                not any(
+                    at > killed
+                    and store.client.get_node_from_key(keys.record_key(key)).port != victim.port
+                    and store.client.keyslot(keys.record_key(key))
+                    == store.client.keyslot(keys.record_key(accepted[0][1]))
+                    for at, key in list(accepted)
+                )
+                or sum(1 for at, _ in list(accepted) if at > killed) < AFTER
+            ):
+                assert time.monotonic() < give_up, (refused, log.read_text()[-2000:])
+                time.sleep(0.05)
+            stop.set()
+            loader.join(timeout=30)
+            same_slot = store.client.keyslot(keys.record_key(accepted[0][1]))
+            back = min(
+                at
+                for at, key in accepted
+                if at > killed and store.client.keyslot(keys.record_key(key)) == same_slot
+            )
+            # Then every accepted call ends, READY or with a stable code, none lost
+            while True:
+                outcomes = [
+                    boundary.outcome(key.run_id, key.tool_call_id, timeout=0.05)
+                    for _, key in accepted
+                ]
+                if not any(o.pending for o in outcomes) or time.monotonic() > give_up:
+                    break
+                time.sleep(0.5)
+            ends = Counter(o.error_code or o.status for o in outcomes)
+            assert not any(o.pending for o in outcomes), ends
+            assert set(ends) <= {InvocationStatus.READY, *STABLE}, ends
+            # And the same worker serves on (no restart)
+            assert worker.poll() is None and worker.pid == pid, log.read_text()[-3000:]
+    print(
+        f"cluster failover: {len(accepted)} accepted, {in_flight} PROJECTING at the kill, "
+        f"ends {dict(ends)}, submits refused {dict(refused)}, the killed master's slots "
+        f"accepted calls again {back - killed:.1f}s after the kill, worker restarts 0"
+    )
