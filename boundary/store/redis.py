@@ -587,8 +587,11 @@ class RedisCanonicalStore(CanonicalStore):
     def async_store(self) -> AsyncStore | None:
         """An asyncio store on the same server and DB (a plain ``redis.Redis`` client only;
         with a cluster client the async calls run the sync ones on threads)."""
-        if not isinstance(self.client, redis.Redis) or isinstance(
-            self.client.connection_pool, redis.sentinel.SentinelConnectionPool
+        if (
+            not isinstance(self.client, redis.Redis)
+            or isinstance(self.client.connection_pool, redis.sentinel.SentinelConnectionPool)
+            # The asyncio store does not WAIT for replicas: the sync one on threads does.
+            or self.wait_replicas
         ):
             return None
         store = AsyncRedisStore.like(

@@ -59,3 +59,13 @@ def test_a_bad_sentinel_url_is_refused_naming_the_variable_only(
         load_settings()
     assert caught.value.names == ["TOOL_BOUNDARY_BROKER_URL"]
     assert "secret" not in str(caught.value)
+
+
+def test_stores_that_wait_for_replicas_or_follow_sentinels_keep_async_calls_on_threads() -> None:
+    from boundary import RedisCanonicalStore
+
+    # (no connection is made: the stores are only built)
+    assert RedisCanonicalStore.from_url("redis://127.0.0.1:1/0").async_store() is not None
+    waiting = RedisCanonicalStore.from_url("redis://127.0.0.1:1/0", wait_replicas=1)
+    assert waiting.async_store() is None
+    assert RedisCanonicalStore.from_url(URL).async_store() is None
