@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Unpack
 
@@ -31,9 +31,7 @@ from boundary.store.aio import AsyncRedisStore
 from boundary.store.base import (
     DEFAULT_TTL_S,
     AsyncStore,
-    AttemptState,
     CanonicalStore,
-    Claim,
     CreateResult,
     CreateTerms,
     OpenRunStatus,
@@ -122,7 +120,7 @@ def _score(score: float) -> str:
     return str(int(score)) if float(score).is_integer() else repr(score)
 
 
-class RedisCanonicalStore(CanonicalStore):
+class RedisCanonicalStore(RedisAttempts, CanonicalStore):
     """Canonical records in Redis (or Redis Cluster), one hash per call.
 
     Args:
@@ -168,7 +166,7 @@ class RedisCanonicalStore(CanonicalStore):
         self._unindex_run = client.register_script(_UNINDEX_RUN)
         self._index_runs = client.register_script(_INDEX_RUN)
         self._runs = RedisRuns(client, ttl_s, self._now_ms)
-        self._attempts = RedisAttempts(client)
+        self._register_attempt_scripts()
 
     @classmethod
     def from_url(
@@ -369,48 +367,6 @@ class RedisCanonicalStore(CanonicalStore):
             run_id: with_in_flight(progress_entries(entries, found), in_flight[run_id], found)
             for run_id, entries in parsed.items()
         }
-
-    def claim(
-        self, key: CanonicalKey, *, attempt: int, heartbeat_timeouts: Mapping[str, float]
-    ) -> Claim:
-        return self._attempts.claim(key, attempt=attempt, heartbeat_timeouts=heartbeat_timeouts)
-
-    def heartbeat(
-        self,
-        key: CanonicalKey,
-        *,
-        attempt: int,
-        progress: float | None,
-        message: str | None,
-        heartbeat_timeout_s: float | None,
-    ) -> WriteStatus:
-        return self._attempts.heartbeat(
-            key,
-            attempt=attempt,
-            progress=progress,
-            message=message,
-            heartbeat_timeout_s=heartbeat_timeout_s,
-        )
-
-    def retry_attempt(
-        self,
-        key: CanonicalKey,
-        *,
-        attempt: int,
-        reap_after_s: float,
-        reap_grace_s: float,
-        redispatch: bool = False,
-    ) -> int | WriteStatus:
-        return self._attempts.retry_attempt(
-            key,
-            attempt=attempt,
-            reap_after_s=reap_after_s,
-            reap_grace_s=reap_grace_s,
-            redispatch=redispatch,
-        )
-
-    def attempt_state(self, key: CanonicalKey) -> AttemptState | None:
-        return self._attempts.attempt_state(key)
 
     def requeue_due(
         self, key: CanonicalKey, *, retry_after_s: float, max_reprojections: int

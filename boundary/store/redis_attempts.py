@@ -14,6 +14,8 @@ from boundary.store.base import AttemptState, Claim, ClaimStatus, WriteStatus
 from boundary.store.codec import WRITE_CODES, decode_record, from_ms, timed_result
 
 _CLAIM = load_script("claim")
+_HEARTBEAT = load_script("heartbeat")
+_RETRY = load_script("retry")
 
 _CLAIM_CODES = {
     0: ClaimStatus.MISSING,
@@ -22,8 +24,6 @@ _CLAIM_CODES = {
     -4: ClaimStatus.SUPERSEDED,
     -5: ClaimStatus.PAST_DEADLINE,
 }
-_HEARTBEAT = load_script("heartbeat")
-_RETRY = load_script("retry")
 
 
 def _ms(seconds: float | None) -> str | int:
@@ -37,13 +37,15 @@ def _fraction(progress: float | None) -> str:
 
 
 class RedisAttempts:
-    """The attempt half of ``RedisCanonicalStore``."""
+    """The attempt half of ``RedisCanonicalStore`` (a mixin: the store's own ``claim``,
+    ``heartbeat``, ``retry_attempt`` and ``attempt_state``, over its ``client``)."""
 
-    def __init__(self, client: RedisClient) -> None:
-        self._client = client
-        self._claim = client.register_script(_CLAIM)
-        self._heartbeat = client.register_script(_HEARTBEAT)
-        self._retry = client.register_script(_RETRY)
+    client: RedisClient
+
+    def _register_attempt_scripts(self) -> None:
+        self._claim = self.client.register_script(_CLAIM)
+        self._heartbeat = self.client.register_script(_HEARTBEAT)
+        self._retry = self.client.register_script(_RETRY)
 
     def claim(
         self, key: CanonicalKey, *, attempt: int, heartbeat_timeouts: Mapping[str, float]
@@ -104,7 +106,7 @@ class RedisAttempts:
     def attempt_state(self, key: CanonicalKey) -> AttemptState | None:
         record = keys.record_key(key)
         with translated():
-            pipe = self._client.pipeline(transaction=False)
+            pipe = self.client.pipeline(transaction=False)
             pipe.hmget(record, ["status", "tool_name", "attempt", "started_at", "redispatches"])
             pipe.hexists(record, "raw")
             (status, tool, attempt, started, redispatches), has_raw = pipe.execute()
