@@ -4,6 +4,10 @@
   ticker's lateness (wall time: p50, p99, worst), the longest single step the loop ran (CPU
   time of the loop's thread per callback: how long any code held the loop between two
   awaits), and the loop thread's CPU per tick (all the steps run between two ticks).
+  Measured at each of several in-flight counts (60, 200, 1,000); at the largest, also the
+  process's peak RSS growth and its peak open sockets and clients of the Redis server
+  (sampled from a thread every ``SAMPLE_S``). The smallest count is then run ``runs`` times
+  more: how many of those runs stay under ``REPEAT_BOUND_MS`` of worst lateness.
 - **throughput**: the same ``calls`` through ``ainvoke`` on one loop, against ``invoke`` on
   ``threads`` threads, interleaved (the order flips every repetition).
 - **precision**: ``outcome`` / ``aoutcome`` on an accepted call that stays PROJECTING, for
@@ -15,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import statistics
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bench.event_loop import step_cpu_times, ticker
 from bench.fixtures import create_noop
@@ -29,12 +35,21 @@ from bench.stats import percentile
 from bench.tools import NOOP
 from boundary import CanonicalKey, RunContext, ToolCallEnvelope, ToolOutcome
 
+if TYPE_CHECKING:
+    import redis
+
 T = TypeVar("T")
 
 #: The ticker's period, seconds.
 TICK_S = 0.001
 #: Requested waits of the precision measurement, seconds.
 WAITS_S = (0.05, 0.2, 1.0)
+#: In-flight counts of the stall measurement (the issue's: 60, 200 and 1,000).
+STALL_CALLS = (60, 200, 1000)
+#: The repeated stall run: its worst tick lateness is compared with this bound, ms.
+REPEAT_BOUND_MS = 50.0
+#: Period of the resource sampler (peak RSS, sockets, Redis clients), seconds.
+SAMPLE_S = 0.02
 
 
 def _envelopes(prefix: str, count: int) -> list[tuple[ToolCallEnvelope, RunContext]]:
@@ -73,8 +88,100 @@ def _ms(values: list[float]) -> dict[str, float]:
     }
 
 
-def stall(ours: Ours, calls: int) -> dict[str, Any]:
-    """``calls`` concurrent ``ainvoke`` while a 1 ms ticker measures the loop."""
+def _status_kib(field: str) -> int | None:
+    """A ``/proc/self/status`` figure in KiB (VmRSS, VmHWM), or None off Linux."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _sockets() -> int | None:
+    """Sockets this process holds open now (``/proc/self/fd``), or None off Linux."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    count = 0
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                count += 1
+        except OSError:
+            continue  # closed meanwhile
+    return count
+
+
+def _reset_peak_rss() -> bool:
+    """Resets the kernel's peak RSS of this process (VmHWM) to its current RSS."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        return False
+    return True
+
+
+class _Sampler:
+    """Samples the process's open sockets and the Redis server's clients from a thread of
+    its own (the loop's lateness is the measurement: nothing of this runs on the loop), and
+    reads the peak RSS growth over the sampled span."""
+
+    def __init__(self, server: redis.Redis | None) -> None:
+        self._server = server
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="b7-sampler", daemon=True)
+        self.sockets: list[int] = []
+        self.clients: list[int] = []
+        self._rss_before = 0
+        self._peak_reset = False
+
+    def __enter__(self) -> _Sampler:
+        self._peak_reset = _reset_peak_rss()
+        self._rss_before = _status_kib("VmRSS") or 0
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._hwm = _status_kib("VmHWM")
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            sockets = _sockets()
+            if sockets is not None:
+                self.sockets.append(sockets)
+            if self._server is not None:
+                try:
+                    # Less this sampler's own connection.
+                    self.clients.append(len(self._server.client_list()) - 1)
+                except Exception:
+                    self._server = None
+
+    def figures(self, before_sockets: int | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"sample_s": SAMPLE_S}
+        if self._peak_reset and self._hwm is not None:
+            out["rss_peak_growth_mib"] = (self._hwm - self._rss_before) / 1024
+            out["rss_measure"] = "VmHWM after minus VmRSS before, peak reset (clear_refs 5)"
+        if self.sockets:
+            out["sockets_before"] = before_sockets
+            out["sockets_peak"] = max(self.sockets)
+        if self.clients:
+            out["redis_clients_peak"] = max(self.clients)
+        return out
+
+
+def stall(
+    ours: Ours, calls: int, *, resources: bool = False, server: redis.Redis | None = None
+) -> dict[str, Any]:
+    """``calls`` concurrent ``ainvoke`` while a 1 ms ticker measures the loop; with
+    ``resources``, the process's memory and connections meanwhile (``server``: the Redis
+    server whose ``CLIENT LIST`` is sampled)."""
     batch = _envelopes("b7-stall", calls)
     late: list[float] = []
     tick_cpu: list[float] = []
@@ -92,10 +199,17 @@ def stall(ours: Ours, calls: int) -> dict[str, Any]:
         await ticking
         return elapsed, list(outcomes)
 
+    sampled: dict[str, Any] = {}
+    sockets_before = _sockets() if resources else None
     with step_cpu_times() as steps:
-        elapsed, outcomes = _run(ours, body)
+        if resources:
+            with _Sampler(server) as sampler:
+                elapsed, outcomes = _run(ours, body)
+            sampled = sampler.figures(sockets_before)
+        else:
+            elapsed, outcomes = _run(ours, body)
     _check(outcomes)
-    return {
+    out = {
         "calls": calls,
         "calls_per_s": calls / elapsed,
         "ticks": len(late),
@@ -103,6 +217,40 @@ def stall(ours: Ours, calls: int) -> dict[str, Any]:
         "longest_step_cpu_ms": max(steps) * 1000,
         "steps": len(steps),
         "tick_cpu": _ms(tick_cpu),
+    }
+    if resources:
+        out["resources"] = sampled
+    return out
+
+
+def stalls(
+    ours: Ours,
+    levels: tuple[int, ...],
+    runs: int,
+    server: redis.Redis | None = None,
+) -> dict[str, Any]:
+    """The stall at each in-flight count of ``levels`` (resources at the largest), then the
+    smallest count ``runs`` times more: its worst lateness per run against
+    ``REPEAT_BOUND_MS``."""
+    levels = tuple(sorted(levels))
+    largest = levels[-1]
+    measured = [stall(ours, calls, resources=calls == largest, server=server) for calls in levels]
+    repeat_calls = min(levels)
+    worst, longest = [], []
+    for _ in range(runs):
+        got = stall(ours, repeat_calls)
+        worst.append(got["tick_lateness"]["max_ms"])
+        longest.append(got["longest_step_cpu_ms"])
+    return {
+        "levels": measured,
+        "repeat": {
+            "calls": repeat_calls,
+            "runs": runs,
+            "bound_ms": REPEAT_BOUND_MS,
+            "under_bound": sum(1 for w in worst if w < REPEAT_BOUND_MS),
+            "worst_ms": worst,
+            "longest_step_cpu_ms": longest,
+        },
     }
 
 
@@ -215,9 +363,22 @@ def _precision(ours: Ours, key: CanonicalKey, samples: int) -> dict[str, Any]:
     return out
 
 
-def measure(ours: Ours, calls: int, threads: int, repetitions: int, samples: int) -> dict[str, Any]:
+def measure(
+    ours: Ours,
+    calls: int,
+    threads: int,
+    repetitions: int,
+    samples: int,
+    *,
+    levels: tuple[int, ...] = STALL_CALLS,
+    runs: int = 10,
+    server: redis.Redis | None = None,
+) -> dict[str, Any]:
+    """``stall`` is the largest level's (as before the levels, for the older tables)."""
+    measured = stalls(ours, levels, runs, server) if levels else None
     return {
-        "stall": stall(ours, calls),
+        "stall": measured["levels"][-1] if measured else stall(ours, calls),
+        **({"stalls": measured} if measured else {}),
         "throughput": throughput(ours, calls, threads, repetitions),
         "precision": precision(ours, samples),
     }

@@ -85,6 +85,10 @@ class Sizes:
     b7_repetitions: int = 3
     #: B7: waits measured per requested time (half as many of 1 s).
     b7_samples: int = 10
+    #: B7: in-flight counts of the stall measurement (memory and connections at the largest).
+    b7_stall_calls: tuple[int, ...] = (60, 200, 1000)
+    #: B7: runs of the smallest stall count repeated (the 60-call target: 10 of 10 runs).
+    b7_runs: int = 10
 
 
 FULL = Sizes(
@@ -115,6 +119,8 @@ QUICK = replace(
     b7_calls=40,
     b7_repetitions=1,
     b7_samples=2,
+    b7_stall_calls=(20, 60),
+    b7_runs=2,
 )
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.report import TARGETS
+from bench.report import TARGETS, meets
 from bench.summarize import rows as summary_rows
 
 BENCH = Path(__file__).resolve().parent
@@ -103,7 +103,7 @@ def targets_table(runs: list[Run]) -> str:
         if not values:
             continue
         median = statistics.median(values)
-        met = median >= bound if op == ">=" else median <= bound
+        met = meets(median, op, bound)
         lines.append(
             f"| {label} | **{_median_spread(values)}** | {len(values)} | {op} {bound:g} | "
             f"{'yes' if met else '**no**'} |"
@@ -452,6 +452,60 @@ def b7_table(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
+def _stall_levels(b7: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run's stall measurements: its levels, or (a run from before the levels) its one."""
+    stalls = b7.get("stalls")
+    return list(stalls["levels"]) if stalls else [b7["stall"]]
+
+
+def _resource_cell(stall: dict[str, Any]) -> str:
+    got = stall.get("resources")
+    if not got:
+        return "-"
+    parts = []
+    if "rss_peak_growth_mib" in got:
+        parts.append(f"RSS +{_num(got['rss_peak_growth_mib'])} MiB")
+    if "sockets_peak" in got:
+        parts.append(f"{got['sockets_peak']} sockets")
+    if "redis_clients_peak" in got:
+        parts.append(f"{got['redis_clients_peak']} Redis clients")
+    return ", ".join(parts) or "-"
+
+
+def b7_stalls_table(runs: list[Run]) -> str:
+    """The stall at each in-flight count (a run from before the levels: its one count), with
+    memory and connections where measured, and the repeated runs of the smallest count."""
+    lines = _head(
+        "file",
+        "in flight",
+        "tick lateness p50 / p99 / worst, ms",
+        "longest loop step, ms CPU",
+        "loop CPU per tick, worst, ms",
+        "peak memory and connections",
+    )
+    repeats = []
+    for run, b7 in _with(runs, "b7"):
+        for stall in _stall_levels(b7):
+            late = stall["tick_lateness"]
+            lines.append(
+                f"| `{run.path}` | {stall['calls']} | {_num(late['p50_ms'])} / "
+                f"{_num(late['p99_ms'])} / **{_num(late['max_ms'])}** | "
+                f"{_num(stall['longest_step_cpu_ms'])} | {_num(stall['tick_cpu']['max_ms'])} | "
+                f"{_resource_cell(stall)} |"
+            )
+        if b7.get("stalls"):
+            repeats.append((run, b7["stalls"]["repeat"]))
+    if repeats:
+        lines += ["", *_head("file", "in flight", "runs under the bound", "worst of each run, ms")]
+        for run, repeat in repeats:
+            worst = ", ".join(_num(w) for w in repeat["worst_ms"])
+            lines.append(
+                f"| `{run.path}` | {repeat['calls']} | **{repeat['under_bound']} of "
+                f"{repeat['runs']}** under {repeat['bound_ms']:g} ms | {worst} |"
+            )
+    return "\n".join(lines)
+
+
 def b7_precision_table(runs: list[Run]) -> str:
     """Actual minus requested wait on a call still PROJECTING: median over the runs (with
     their spread) of each run's p50 and p99."""
@@ -487,6 +541,7 @@ RENDERERS: dict[str, Callable[[list[Run]], str]] = {
     "b6-scale": b6_scale_table,
     "profile": profile_table,
     "b7": b7_table,
+    "b7-stalls": b7_stalls_table,
     "b7-precision": b7_precision_table,
 }
 

@@ -17,6 +17,13 @@ TARGETS: tuple[tuple[str, str, float, str], ...] = (
     ("b3_store_commands_per_call", "<=", 6.0, "B3 store commands per call"),
     ("b4_round_trips", "<=", 2.0, "B4 observe on a 100-call run, round trips"),
     ("b5_runs_per_s", ">=", 1000.0, "B5 batch reprocessing, runs per second"),
+    ("b7_200_tick_lateness_max_ms", "<", 20.0, "B7 worst tick lateness, 200 in flight, ms"),
+    (
+        "b7_60_runs_under_50_ms",
+        ">=",
+        10,
+        "B7 60 in flight: runs (of 10) with worst tick lateness < 50 ms",
+    ),
 )
 
 
@@ -113,6 +120,23 @@ def _b7_figures(b7: dict[str, Any]) -> dict[str, Any]:
         "b7_async_per_s": _median(rate["async_per_s"]),
         "b7_sync_per_s": _median(rate["sync_per_s"]),
     }
+    stalls = b7.get("stalls")
+    if stalls is not None:
+        for level in stalls["levels"]:
+            prefix = f"b7_{level['calls']}"
+            for name, value in level["tick_lateness"].items():
+                out[f"{prefix}_tick_lateness_{name}"] = value
+            out[f"{prefix}_longest_step_cpu_ms"] = level["longest_step_cpu_ms"]
+            out[f"{prefix}_tick_cpu_max_ms"] = level["tick_cpu"]["max_ms"]
+            for name, value in level.get("resources", {}).items():
+                if isinstance(value, int | float) and name != "sample_s":
+                    out[f"{prefix}_{name}"] = value
+        repeat = stalls["repeat"]
+        prefix = f"b7_{repeat['calls']}"
+        out[f"{prefix}_runs"] = repeat["runs"]
+        out[f"{prefix}_runs_under_{repeat['bound_ms']:g}_ms"] = repeat["under_bound"]
+        if repeat["worst_ms"]:
+            out[f"{prefix}_runs_worst_ms"] = max(repeat["worst_ms"])
     if "gc_pause_max_ms" in b7["precision"]:
         out["b7_gc_pause_max_ms"] = b7["precision"]["gc_pause_max_ms"]
     for wait, sides in b7["precision"].items():
@@ -123,13 +147,24 @@ def _b7_figures(b7: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def meets(value: float, op: str, bound: float) -> bool:
+    """Whether ``value`` meets a target's ``op bound`` (``>=``, ``<=`` or ``<``)."""
+    if op == ">=":
+        return value >= bound
+    if op == "<=":
+        return value <= bound
+    if op == "<":
+        return value < bound
+    raise ValueError(f"not a target comparison: {op!r}")
+
+
 def targets(figs: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for name, op, bound, label in TARGETS:
         value = figs.get(name)
         met = None
         if isinstance(value, int | float):
-            met = value >= bound if op == ">=" else value <= bound
+            met = meets(value, op, bound)
         rows.append(
             {"figure": name, "target": f"{op} {bound:g}", "value": value, "met": met, "what": label}
         )

@@ -90,6 +90,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--b5-runs", type=int, help="B5 runs to reprocess")
     parser.add_argument("--b6-records", type=int, help="B6 at scale: sealed records written")
     parser.add_argument(
+        "--b7-runs",
+        type=int,
+        help="B7: runs of the smallest stall count repeated (e.g. 10: the 60-call target)",
+    )
+    parser.add_argument(
+        "--b7-levels",
+        type=lambda text: tuple(int(n) for n in text.split(",")),
+        help="B7: in-flight counts of the stall measurement, e.g. 60,200,1000",
+    )
+    parser.add_argument(
         "--lock-wait",
         type=float,
         default=DEFAULT_LOCK_WAIT_S,
@@ -263,12 +273,26 @@ class Bench:
         sizes = self.sizes
         log(f"B7: {sizes.b7_calls} concurrent ainvoke calls on one event loop, {pool.label}")
         got = b7_async.measure(
-            self.ours, sizes.b7_calls, sizes.b7_threads, sizes.b7_repetitions, sizes.b7_samples
+            self.ours,
+            sizes.b7_calls,
+            sizes.b7_threads,
+            sizes.b7_repetitions,
+            sizes.b7_samples,
+            levels=sizes.b7_stall_calls,
+            runs=sizes.b7_runs,
+            server=self.server,
         )
         self.results["b7"] = {"pool": pool.label, **got}
         # No later phase needs these calls.
         self.ours.store.client.flushdb()
         ensure_scripts(self.ours.store)
+        for level in got.get("stalls", {}).get("levels", []):
+            late = level["tick_lateness"]
+            log(
+                f"B7: {level['calls']} in flight: tick lateness p50 {late['p50_ms']:.2f} / p99 "
+                f"{late['p99_ms']:.1f} / worst {late['max_ms']:.1f} ms, longest loop step "
+                f"{level['longest_step_cpu_ms']:.1f} ms CPU"
+            )
         stall = got["stall"]
         log(
             f"B7: worst tick lateness {stall['tick_lateness']['max_ms']:.1f} ms, longest "
@@ -285,6 +309,8 @@ def chosen_sizes(args: argparse.Namespace) -> Sizes:
         "repetitions": args.repetitions,
         "b5_runs": args.b5_runs,
         "b6_records": args.b6_records,
+        "b7_runs": args.b7_runs,
+        "b7_stall_calls": args.b7_levels,
     }
     return replace(sizes, **{k: v for k, v in overrides.items() if v is not None})
 

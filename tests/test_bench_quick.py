@@ -93,6 +93,13 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
         "b6s_bytes_per_record",
         "b6s_reaper_s",
         "b6s_runs_command_s",
+        # B7's stall at each quick in-flight count (20, 60), resources at the largest
+        "b7_20_tick_lateness_max_ms",
+        "b7_60_tick_lateness_max_ms",
+        "b7_60_longest_step_cpu_ms",
+        "b7_60_rss_peak_growth_mib",
+        "b7_60_sockets_peak",
+        "b7_20_runs",
     ):
         assert _positive(figures.get(name)), (name, figures.get(name))
     assert isinstance(figures["b4_round_trips"], int)
@@ -127,6 +134,8 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
         "b3_store_commands_per_call",
         "b4_round_trips",
         "b5_runs_per_s",
+        "b7_200_tick_lateness_max_ms",
+        "b7_60_runs_under_50_ms",
     }
     for name in ("bench.json", "b1_b2.png", "report.md"):
         assert (tmp_path / name).stat().st_size > 0
