@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -37,6 +37,7 @@ from boundary.registry import ToolRegistry, ToolSpec
 from boundary.store.base import CanonicalStore, ClaimStatus, WriteStatus
 from boundary.tool_threads import (
     DEFAULT_MAX_TOOL_THREADS,
+    ToolOverdue,
     ToolThreadsExhausted,
     limit_tool_threads,
     run_bounded,
@@ -98,6 +99,11 @@ class AttemptTerms:
     reap_grace_s: float = 60.0
     #: At most one heartbeat write per call per this many seconds.
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
+    #: Sends the call's project step at once (a worker can). Called when the watchdog sealed
+    #: a call whose tool runs in line and has not come back: the project step chained after
+    #: this one would run only once the tool returns, and the call's waiters and monitoring
+    #: learn its end from that step. ``None``: the chained step projects it when it runs.
+    project_now: Callable[[CanonicalKey], None] | None = None
 
 
 def outcome_from_record(record: CanonicalRecord) -> ToolOutcome | None:
@@ -201,6 +207,21 @@ def execute_step(
         interval_s=terms.heartbeat_interval_s,
     )
     timeouts: tuple[type[BaseException], ...] = (*timeout_errors, ToolTimeout)
+    # A timeout the run's deadline caused is not retried (the next attempt would have no time
+    # either).
+    retry = timeout_s >= spec.timeout_s
+
+    def overdue() -> ExecuteResult:
+        # On the watchdog's side, at the deadline, while the tool may still run in line.
+        scope.end(Ended.TIME_UP)  # the tool's next heartbeat raises CallCancelled
+        ended = _timed_out(
+            store, key, spec, attempt=attempt, terms=terms, timeout_s=timeout_s, retry=retry
+        )
+        if ended is ExecuteResult.SEALED and terms.project_now is not None:
+            terms.project_now(key)
+            return ExecuteResult.HANDED_ON  # the step sent now projects it, not the chain's
+        return ended
+
     telemetry.tool_starts(record)
     try:
         raw = run_bounded(
@@ -209,13 +230,18 @@ def execute_step(
             timeout_s,
             tool=tool,
             max_concurrency=spec.max_concurrency,
+            on_overdue=overdue,
         )
+    except ToolOverdue as late:
+        if isinstance(late.outcome, ExecuteResult):
+            return late.outcome
+        # The watchdog could not end the call (the store failed under it): end it here.
     except ToolThreadsExhausted:
         # Every tool thread is held by hung runs: the tool never started here. Sent again
         # (another worker, or this one once restarted, takes it) whatever the retry policy.
         return _redispatch(store, key, spec, attempt, terms)
     except timeouts:
-        scope.end(Ended.TIME_UP)  # the tool's next heartbeat raises CallCancelled
+        pass  # ended below
     except Exception as exc:
         ended = scope.ended if isinstance(exc, CallCancelled) else None
         if ended is Ended.SEALED:
@@ -229,11 +255,10 @@ def execute_step(
             return ExecuteResult.SEALED
     else:
         return _keep_raw(store, record, raw)
-    # Out of time: its limit passed, or the tool saw it at a heartbeat. A timeout the run's
-    # deadline caused is not retried (the next attempt would have no time either).
-    by_deadline = timeout_s < spec.timeout_s
+    # Out of time: its limit passed, or the tool saw it at a heartbeat.
+    scope.end(Ended.TIME_UP)  # a tool still running raises CallCancelled at its next heartbeat
     return _timed_out(
-        store, key, spec, attempt=attempt, terms=terms, timeout_s=timeout_s, retry=not by_deadline
+        store, key, spec, attempt=attempt, terms=terms, timeout_s=timeout_s, retry=retry
     )
 
 
@@ -384,10 +409,14 @@ def project_step(
     key: CanonicalKey,
     *,
     timeout_s: float = DEFAULT_PROJECTION_TIMEOUT_S,
+    project_now: Callable[[CanonicalKey], None] | None = None,
 ) -> ToolOutcome:
     """Projects the stored raw response and seals the record READY or ERROR.
 
     The projector runs at most ``timeout_s``; past it the call is sealed PROJECTION_FAILED.
+    A projector run in line that overruns is sealed by the watchdog, which then calls
+    ``project_now(key)`` (a worker sends this step again, so the call's waiters hear of the
+    seal without waiting for the projector to come back).
 
     Returns the call's outcome: the bounded agent result, or a stable error code.
     """
@@ -403,19 +432,30 @@ def project_step(
     sealed = outcome_from_record(record)
     if sealed is not None:
         return sealed
-    projected = _project(registry, record, store.limits, timeout_s)
+
+    def overdue() -> ToolOutcome:
+        # On the watchdog's side, at the deadline, while the projector may still run in line.
+        note = f"the projector ran past its time limit of {timeout_s:g}s"
+        failed = _failed(record.tool_name, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)
+        written = _seal_failed_projection(store, key, failed, handed_over)
+        outcome = _final_outcome(store, key)
+        if written is WriteStatus.OK:
+            telemetry.sealed(outcome)
+        if project_now is not None:
+            project_now(key)
+        return outcome
+
+    try:
+        projected = _project(registry, record, store.limits, timeout_s, overdue)
+    except ToolOverdue as late:
+        if isinstance(late.outcome, ToolOutcome):
+            return late.outcome
+        # The watchdog could not seal it (the store failed under it): seal it here.
+        note = f"the projector ran past its time limit of {timeout_s:g}s"
+        projected = _failed(record.tool_name, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)
     if isinstance(projected, Diagnostic):
-        code = projected.error_code
-        projected.log(key.identity)
-        written = store.seal(
-            key,
-            evidence_status=EvidenceStatus.ERROR,
-            error_code=code,
-            diagnostic=projected,
-            created_at=handed_over,
-        )
-        logger.info("call %s sealed ERROR %s", key.identity, code.value)
-        outcome = ToolOutcome.error(key.tool_call_id, code)
+        written = _seal_failed_projection(store, key, projected, handed_over)
+        outcome = ToolOutcome.error(key.tool_call_id, projected.error_code)
     else:
         outcome, result, scope = projected
         assert outcome.evidence_status is not None  # a READY outcome always has one
@@ -432,13 +472,33 @@ def project_step(
     if written is WriteStatus.REPLACED:
         # The handed-over record had expired and another call took its ids: project that
         # one, as read from the store.
-        return project_step(store, registry, key, timeout_s=timeout_s)
+        return project_step(store, registry, key, timeout_s=timeout_s, project_now=project_now)
     # Someone else (the reaper, a redelivered message) sealed it first: the record decides.
     return _final_outcome(store, key)
 
 
+def _seal_failed_projection(
+    store: CanonicalStore, key: CanonicalKey, failed: Diagnostic, handed_over: datetime | None
+) -> WriteStatus:
+    """Seals the call ERROR with the diagnostic's code (a projection that failed)."""
+    failed.log(key.identity)
+    written = store.seal(
+        key,
+        evidence_status=EvidenceStatus.ERROR,
+        error_code=failed.error_code,
+        diagnostic=failed,
+        created_at=handed_over,
+    )
+    logger.info("call %s sealed ERROR %s", key.identity, failed.error_code.value)
+    return written
+
+
 def _project(
-    registry: ToolRegistry, record: CanonicalRecord, limits: Limits, timeout_s: float
+    registry: ToolRegistry,
+    record: CanonicalRecord,
+    limits: Limits,
+    timeout_s: float,
+    on_overdue: Callable[[], ToolOutcome],
 ) -> tuple[ToolOutcome, str, str | None] | Diagnostic:
     """The READY outcome with its result and scope as canonical JSON, or why it failed (the
     diagnostic carries the code to seal ERROR with)."""
@@ -452,9 +512,14 @@ def _project(
         return _failed(tool, ErrorCode.STORE_UNAVAILABLE, PROJECT, note=note)
     raw, request = json.loads(record.raw), json.loads(record.request)
     try:
-        # On a tool thread, under a time limit: a hung projector must not hold the worker's
-        # projection slot (and every later call behind it) nor its warm shutdown.
-        value = run_bounded(lambda _: spec.projector.project(raw, request), None, timeout_s)
+        # Under a time limit (on a tool thread, or in line under the watchdog): a hung
+        # projector must not hold the worker's projection slot (and every later call behind
+        # it) nor its warm shutdown.
+        value = run_bounded(
+            lambda _: spec.projector.project(raw, request), None, timeout_s, on_overdue=on_overdue
+        )
+    except ToolOverdue:
+        raise
     except ToolTimeout:
         note = f"the projector ran past its time limit of {timeout_s:g}s"
         return _failed(tool, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)

@@ -1,4 +1,15 @@
-"""Threads that run tools and projectors under a time limit, in every Celery pool."""
+"""Time limits for tools and projectors: a hand-off to a tool thread (every Celery pool), or
+an in-line run on a pool thread the pool can replace, under the process's watchdog.
+
+In line (a worker's threads pool, ``tasks.pool``): the tool runs on the task's own thread; one
+watchdog thread per process holds each run's deadline. At a run's deadline the watchdog calls
+the run's ``on_overdue`` (on a thread of its own: it writes to the store) -- the execute step
+seals the call TOOL_TIMEOUT there, on time, while the tool may still run -- and asks the
+thread's host (the pool) to run one more thread in its place, so a hung tool costs a thread
+but not a worker slot. When the overdue run comes back, its thread retires. At most
+``max_threads`` runs may be overdue at once (the bound the tool threads have): past it a run
+does not start (``ToolThreadsExhausted``) and the process is asked to stop taking work.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from boundary.errors import ToolTimeout
 
@@ -22,6 +33,115 @@ DEFAULT_MAX_TOOL_THREADS = 32
 class ToolThreadsExhausted(ToolTimeout):
     """Every tool thread of this process is held by a run past its time limit (hung tools):
     the run was not started. The process should stop taking work and be restarted."""
+
+
+class ToolOverdue(ToolTimeout):
+    """An in-line run came back after its deadline: the watchdog already ended the call.
+
+    Attributes:
+        outcome: what the run's ``on_overdue`` returned on the watchdog's side (``None`` if it
+            raised: the caller then ends the call itself).
+    """
+
+    def __init__(self, outcome: Any) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+
+class InlineHost(Protocol):
+    """The pool that owns a thread allowed to run tools in line (``tasks.pool``)."""
+
+    def replace(self) -> None:
+        """The run on this thread is overdue: start one more thread in its place (called
+        once per overdue run, from a watchdog thread)."""
+
+    def retire(self) -> None:
+        """The overdue run came back: this thread stops after its current task (called on
+        the thread itself)."""
+
+
+_here = threading.local()
+
+
+def run_inline_here(host: InlineHost | None) -> None:
+    """Marks the calling thread as one whose runs go in line, watched by the watchdog, with
+    ``host`` replacing it when a run is overdue (``None``: hand-offs again)."""
+    _here.host = host
+
+
+def inline_host() -> InlineHost | None:
+    """The calling thread's host if its runs go in line."""
+    host: InlineHost | None = getattr(_here, "host", None)
+    return host
+
+
+class _Watch:
+    """One in-line run under the watchdog."""
+
+    __slots__ = ("due", "host", "on_overdue", "outcome", "overdue", "settled")
+
+    def __init__(self, due: float, on_overdue: Callable[[], Any], host: InlineHost) -> None:
+        self.due = due
+        self.on_overdue = on_overdue
+        self.host = host
+        self.overdue = False
+        self.outcome: Any = None
+        self.settled = threading.Event()
+
+
+class Watchdog:
+    """One daemon thread that ends in-line runs at their deadlines.
+
+    Runs in progress are kept in a dict (at most one per pool thread); the thread sleeps until
+    the earliest deadline and is woken only by a run due before it, so an ordinary call costs
+    a dict insert and delete under a lock, not a context switch. An overdue run is handled on
+    a fresh thread (it writes to the store), so one slow store write delays no other deadline.
+    """
+
+    def __init__(self, on_overdue: Callable[[_Watch], None]) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._runs: dict[int, _Watch] = {}
+        self._wakes_at = float("inf")
+        self._thread: threading.Thread | None = None
+        self._handle = on_overdue
+
+    def watch(self, due: float, on_overdue: Callable[[], Any], host: InlineHost) -> _Watch:
+        run = _Watch(due, on_overdue, host)
+        with self._cond:
+            self._runs[id(run)] = run
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="tool-boundary-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif due < self._wakes_at:
+                self._cond.notify()
+        return run
+
+    def finish(self, run: _Watch) -> bool:
+        """The run came back: ``True`` if in time, ``False`` if the watchdog had ended it."""
+        with self._cond:
+            self._runs.pop(id(run), None)
+            return not run.overdue
+
+    def _loop(self) -> None:
+        while True:
+            due: list[_Watch] = []
+            with self._cond:
+                while not due:
+                    now = time.monotonic()
+                    due = [run for run in self._runs.values() if run.due <= now]
+                    if due:
+                        break
+                    self._wakes_at = min((r.due for r in self._runs.values()), default=now + 60)
+                    self._cond.wait(self._wakes_at - now)
+                for run in due:
+                    run.overdue = True
+                    del self._runs[id(run)]
+            for run in due:
+                threading.Thread(
+                    target=self._handle, args=(run,), name="tool-boundary-overdue", daemon=True
+                ).start()
 
 
 class ToolThreads:
@@ -48,6 +168,9 @@ class ToolThreads:
         #: Called once when every thread is found held by an overdue run.
         self.on_exhausted: Callable[[int], None] | None = None
         self._exhausted = False
+        #: In-line runs past their deadline that have not come back.
+        self._overdue = 0
+        self.watchdog = Watchdog(self._end_overdue)
 
     @property
     def started(self) -> int:
@@ -125,8 +248,11 @@ class ToolThreads:
         *,
         tool: str | None = None,
         max_concurrency: int | None = None,
+        on_overdue: Callable[[], Any] | None = None,
     ) -> Any:
-        """Runs ``executor(arguments)`` on a tool thread for at most ``timeout_s``.
+        """Runs ``executor(arguments)`` for at most ``timeout_s``: on a tool thread, or in
+        line when the calling thread allows it (``run_inline_here``) and ``on_overdue`` says
+        how the watchdog ends the call at its deadline.
 
         With ``max_concurrency``, at most that many runs of ``tool`` hold threads at once in
         this process (a run that overran its limit holds its slot until it returns): a hung
@@ -134,8 +260,20 @@ class ToolThreads:
 
         Raises:
             ToolTimeout: the run did not end in time (or found no slot or thread in time).
+            ToolOverdue: an in-line run came back after the watchdog ended its call.
             ToolThreadsExhausted: every thread is held by a hung run; this one never started.
         """
+        host = inline_host()
+        if host is not None and on_overdue is not None:
+            return self._run_inline(
+                host,
+                executor,
+                arguments,
+                timeout_s,
+                tool=tool,
+                limit=max_concurrency,
+                on_overdue=on_overdue,
+            )
         started = time.monotonic()
         inbox = self._inbox(timeout_s, tool, max_concurrency)
         outbox: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
@@ -153,6 +291,75 @@ class ToolThreads:
             # the record PROJECTING).
             raise RuntimeError("the tool raised a BaseException") from None
         raise value
+
+    def _run_inline(
+        self,
+        host: InlineHost,
+        executor: Any,
+        arguments: Any,
+        timeout_s: float,
+        *,
+        tool: str | None,
+        limit: int | None,
+        on_overdue: Callable[[], Any],
+    ) -> Any:
+        due = time.monotonic() + max(timeout_s, 0.0)
+        slot = tool if limit is not None else None
+        with self._lock:
+            if slot is not None and limit is not None:
+                self._take_slot(slot, limit, due)
+            if self._overdue >= self.max_threads:
+                # As many runs are overdue as a process may hold: this one never starts.
+                if slot is not None:
+                    self._held[slot] -= 1
+                    self._lock.notify_all()
+                self._note_exhausted()
+                raise ToolThreadsExhausted()
+        run = self.watchdog.watch(due, on_overdue, host)
+        try:
+            result: tuple[bool, Any] = (True, executor(arguments))
+        except BaseException as exc:
+            result = (False, exc)
+        finally:
+            if slot is not None:
+                with self._lock:
+                    self._held[slot] -= 1
+                    self._lock.notify_all()
+        if not self.watchdog.finish(run):
+            # Overdue: the watchdog ended the call (and replaced this thread): whatever the
+            # tool returned is dropped, and this thread retires.
+            run.settled.wait()
+            with self._lock:
+                self._overdue -= 1
+            host.retire()
+            raise ToolOverdue(run.outcome)
+        ok, value = result
+        if ok:
+            return value
+        if not isinstance(value, Exception):
+            raise RuntimeError("the tool raised a BaseException") from None
+        raise value
+
+    def _end_overdue(self, run: _Watch) -> None:
+        """On a thread of its own: ends the overdue run's call, then replaces its thread."""
+        with self._lock:
+            self._overdue += 1
+        try:
+            run.outcome = run.on_overdue()
+        except Exception as exc:
+            # The run's step ends the call itself when it comes back (the reaper if never).
+            logger.error("overdue run not ended by the watchdog: %s", type(exc).__name__)
+        finally:
+            run.settled.set()
+        try:
+            run.host.replace()
+        except Exception as exc:
+            logger.error("overdue run's thread not replaced: %s", type(exc).__name__)
+
+    @property
+    def overdue(self) -> int:
+        """In-line runs past their deadline that have not come back."""
+        return self._overdue
 
     def _serve(self, inbox: queue.SimpleQueue[Any]) -> None:
         while True:
@@ -214,14 +421,20 @@ def run_bounded(
     *,
     tool: str | None = None,
     max_concurrency: int | None = None,
+    on_overdue: Callable[[], Any] | None = None,
 ) -> Any:
-    """Runs the tool in a watchdog thread and gives up after ``timeout_s`` (see
-    ``ToolThreads.run`` for ``max_concurrency``).
+    """Runs the tool under a time limit of ``timeout_s`` (see ``ToolThreads.run`` for
+    ``max_concurrency``, and for ``on_overdue``, which lets it run in line).
 
     A Python thread cannot be killed: a tool that overruns keeps running in the background,
     but its output is discarded (the record is sealed TOOL_TIMEOUT first, and a sealed record
     takes no raw response). Works in every Celery pool, unlike signal-based time limits.
     """
     return tool_threads().run(
-        spec_executor, arguments, timeout_s, tool=tool, max_concurrency=max_concurrency
+        spec_executor,
+        arguments,
+        timeout_s,
+        tool=tool,
+        max_concurrency=max_concurrency,
+        on_overdue=on_overdue,
     )

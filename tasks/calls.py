@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from billiard.exceptions import WorkerLostError
 from celery import signals
+from celery.concurrency import get_implementation
+from celery.concurrency.thread import TaskPool as CeleryThreadPool
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
@@ -30,6 +32,7 @@ from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, REAP, app
 from tasks.dispatcher import CeleryDispatcher
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.failures import CodeOnlyFailures, ToolCallFailed
+from tasks.pool import InlineThreadPool
 from tasks.reaper import Retries, reap_once
 from tasks.runtime import get_runtime
 from tasks.server_check import check_store_server
@@ -87,7 +90,14 @@ def attempt_terms() -> AttemptTerms:
         max_pending_s=settings.max_pending_s,
         reap_grace_s=settings.reap_grace_s,
         heartbeat_interval_s=settings.heartbeat_interval_s,
+        project_now=_project_now,
     )
+
+
+def _project_now(key: CanonicalKey) -> None:
+    """The watchdog sealed a call whose step still runs in line: its project step goes out
+    now (under its usual task id), so its waiters and Flower see the end on time."""
+    send_projection(key)
 
 
 @app.task(
@@ -150,7 +160,13 @@ def project_result(run_id: str, tool_call_id: str, attempt: int = 0) -> dict[str
         timeout_s = runtime.settings.projection_timeout_s
         with telemetry.worker_step(telemetry.PROJECT, key, project_result.request) as step:
             outcome = _retrying(
-                lambda: project_step(runtime.store, runtime.registry, key, timeout_s=timeout_s)
+                lambda: project_step(
+                    runtime.store,
+                    runtime.registry,
+                    key,
+                    timeout_s=timeout_s,
+                    project_now=_project_now,
+                )
             )
             step.outcome(outcome)
     except Exception as exc:
@@ -239,6 +255,23 @@ def _seal_when_retries_run_out(
     except StoreError:
         logger.error("could not seal %s WORKER_LOST; the reaper will", key.identity)
     logger.warning("call %s sealed WORKER_LOST after its retries ran out", key.identity)
+
+
+@signals.worker_init.connect
+def _run_tools_in_line(sender: Any = None, **_: Any) -> None:
+    """A worker on Celery's threads pool gets ``tasks.pool.InlineThreadPool`` instead: the
+    same pool with the tool and projector on the task's own thread under a watchdog, rather
+    than a hand-off to a tool thread per step. (``worker_init`` fires before the worker
+    resolves its pool class.)"""
+    pool = getattr(sender, "pool_cls", None)
+    if pool is None:
+        return
+    try:
+        resolved = get_implementation(pool)
+    except Exception:
+        return  # Celery reports an unknown pool itself
+    if resolved is CeleryThreadPool:
+        sender.pool_cls = InlineThreadPool.for_worker(sender)
 
 
 @signals.worker_init.connect

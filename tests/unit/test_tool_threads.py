@@ -8,7 +8,12 @@ import threading
 import pytest
 
 from boundary.errors import ToolTimeout
-from boundary.tool_threads import ToolThreads
+from boundary.tool_threads import (
+    ToolOverdue,
+    ToolThreads,
+    ToolThreadsExhausted,
+    run_inline_here,
+)
 
 
 def test_hung_runs_hold_at_most_max_threads_and_later_runs_time_out() -> None:
@@ -38,3 +43,82 @@ def test_a_run_waiting_for_a_thread_gets_one_freed_within_its_time_limit() -> No
     threading.Timer(0.2, release.set).start()
     assert threads.run(lambda _: "ok", None, 10) == "ok"
     assert threads.started == 1
+
+
+class FakeHost:
+    """The pool side of an in-line run: counts replacements and retirements."""
+
+    def __init__(self) -> None:
+        self.replaced = threading.Event()
+        self.retired = 0
+
+    def replace(self) -> None:
+        self.replaced.set()
+
+    def retire(self) -> None:
+        self.retired += 1
+
+
+def test_an_in_line_run_is_ended_by_the_watchdog_while_it_still_runs() -> None:
+    threads = ToolThreads(max_threads=2)
+    host = FakeHost()
+    ended = threading.Event()
+
+    def overdue() -> str:
+        ended.set()
+        return "sealed"
+
+    def tool(_: object) -> str:
+        # It returns only once the watchdog has ended the call and replaced its thread.
+        assert ended.wait(30) and host.replaced.wait(30)
+        return "late"
+
+    run_inline_here(host)
+    try:
+        # Given an in-line run that hangs past its limit of 0.05 s
+        # When it comes back at last
+        with pytest.raises(ToolOverdue) as late:
+            threads.run(tool, None, 0.05, on_overdue=overdue)
+        # Then the watchdog had ended it (its outcome is the run's), and its thread retires
+        assert late.value.outcome == "sealed"
+        assert host.retired == 1
+        assert threads.overdue == 0 and threads.started == 0  # no tool thread was used
+        # And a run in time returns its value on this thread
+        assert threads.run(lambda _: threading.current_thread(), None, 5, on_overdue=overdue) is (
+            threading.current_thread()
+        )
+    finally:
+        run_inline_here(None)
+
+
+def test_past_max_threads_overdue_runs_a_run_does_not_start_and_the_process_is_told() -> None:
+    threads = ToolThreads(max_threads=1)
+    told: list[int] = []
+    threads.on_exhausted = told.append
+    host, release = FakeHost(), threading.Event()
+    started = threading.Event()
+
+    def hung() -> None:
+        run_inline_here(host)
+        with pytest.raises(ToolOverdue):
+            threads.run(lambda _: release.wait(30), None, 0.05, on_overdue=lambda: None)
+
+    # Given one in-line run overdue (the bound is one)
+    worker = threading.Thread(target=hung)
+    worker.start()
+    assert host.replaced.wait(30)
+    run_inline_here(host)
+    try:
+        # When another run comes to this process
+        with pytest.raises(ToolThreadsExhausted):
+            threads.run(lambda _: started.set(), None, 5, on_overdue=lambda: None)
+        # Then it never started, and the process was told once
+        assert not started.is_set()
+        assert told == [1]
+        # And once the overdue run came back, runs start again
+        release.set()
+        worker.join(30)
+        assert threads.run(lambda _: "ok", None, 5, on_overdue=lambda: None) == "ok"
+    finally:
+        release.set()
+        run_inline_here(None)
