@@ -3,10 +3,12 @@
 ``execute_step`` then ``project_step`` of the no-op tool (``bench.tools``), one call after the
 other on one thread against a real Redis (the benchmark's store DB by default, under its
 lock; every key it writes is deleted afterwards, nothing is flushed), once with
-the tool and projector handed to tool threads (the time limit, as a worker runs them) and once
-run on the calling thread (as the ablation worker, ``bench.inline``, runs them), interleaved
-round by round. Per call: the process's CPU (all threads) and wall time, medians over the
-rounds. The store's three round trips are included; the Redis server's own time is not.
+the tool and projector handed to tool threads (the time limit as prefork and solo workers
+keep it), once run on the calling thread under the watchdog (as the threads pool runs them,
+``tasks.pool``), and once on the calling thread with no limit at all (as the ablation worker,
+``bench.inline``, runs them), interleaved round by round. Per call: the process's CPU (all
+threads) and wall time, medians over the rounds. The store's three round trips are included;
+the Redis server's own time is not.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from bench.tools import NOOP, registry
 from boundary import CanonicalKey, RedisCanonicalStore
 from boundary.steps import execute_step, project_step
 from boundary.store import keys
+from boundary.tool_threads import run_inline_here
 
 #: Calls per timed round, and rounds per side.
 CALLS = 1_000
@@ -46,6 +49,29 @@ def _on_this_thread() -> Iterator[None]:
         yield
 
 
+class _NoPool:
+    """A pool that never needs to replace this thread (no run here overruns)."""
+
+    def replace(self) -> None:
+        raise RuntimeError("a benchmark run overran its time limit")
+
+    def retire(self) -> None:
+        pass
+
+
+@contextmanager
+def _watched() -> Iterator[None]:
+    run_inline_here(_NoPool())
+    try:
+        yield
+    finally:
+        run_inline_here(None)
+
+
+#: Each side and how it runs the tool and the projector.
+SIDES = {"threads": nullcontext, "watchdog": _watched, "inline": _on_this_thread}
+
+
 def _forget(store: RedisCanonicalStore, calls: list[CanonicalKey]) -> None:
     """Deletes the records and run keys of ``calls`` and drops their runs from the indexes."""
     run_ids = sorted({key.run_id for key in calls})
@@ -60,7 +86,7 @@ def _forget(store: RedisCanonicalStore, calls: list[CanonicalKey]) -> None:
     pipe.execute()
 
 
-def _round(store: RedisCanonicalStore, calls: int, inline: bool) -> tuple[float, float]:
+def _round(store: RedisCanonicalStore, calls: int, side: str) -> tuple[float, float]:
     """CPU and wall milliseconds per call of one round of ``calls`` calls."""
     run = f"steps-{secrets.token_hex(4)}"
     call_keys = [
@@ -78,7 +104,7 @@ def _round(store: RedisCanonicalStore, calls: int, inline: bool) -> tuple[float,
             max_tool_calls=None,
         )
     try:
-        with _on_this_thread() if inline else nullcontext():
+        with SIDES[side]():
             cpu, wall = time.process_time(), time.perf_counter()
             for key in call_keys:
                 execute_step(store, registry, key)
@@ -95,13 +121,14 @@ def measure(store_url: str, calls: int = CALLS, rounds: int = ROUNDS) -> dict[st
     """Both sides, ``rounds`` rounds each, alternating which goes first, on the store at
     ``store_url`` (a Redis URL with its DB)."""
     store = RedisCanonicalStore.from_url(store_url, ttl_s=600)
-    samples: dict[str, list[tuple[float, float]]] = {"threads": [], "inline": []}
+    samples: dict[str, list[tuple[float, float]]] = {side: [] for side in SIDES}
     try:
-        _round(store, min(calls, 100), inline=False)  # warm-up: connections, tool threads
+        _round(store, min(calls, 100), "threads")  # warm-up: connections, tool threads
+        _round(store, min(calls, 100), "watchdog")  # and the watchdog's thread
         for n in range(rounds):
-            order = ("threads", "inline") if n % 2 == 0 else ("inline", "threads")
+            order = list(SIDES)[n % len(SIDES) :] + list(SIDES)[: n % len(SIDES)]
             for side in order:
-                samples[side].append(_round(store, calls, inline=side == "inline"))
+                samples[side].append(_round(store, calls, side))
     finally:
         store.client.close()
     out: dict[str, Any] = {"calls": calls, "rounds": rounds}
@@ -109,6 +136,7 @@ def measure(store_url: str, calls: int = CALLS, rounds: int = ROUNDS) -> dict[st
         out[f"{side}_cpu_ms"] = statistics.median(cpu for cpu, _ in values)
         out[f"{side}_wall_ms"] = statistics.median(wall for _, wall in values)
     out["handoffs_cpu_ms"] = out["threads_cpu_ms"] - out["inline_cpu_ms"]
+    out["watchdog_over_inline_cpu_ms"] = out["watchdog_cpu_ms"] - out["inline_cpu_ms"]
     return out
 
 

@@ -78,15 +78,15 @@ def inline_host() -> InlineHost | None:
 class _Watch:
     """One in-line run under the watchdog."""
 
-    __slots__ = ("due", "host", "on_overdue", "outcome", "overdue", "settled")
+    __slots__ = ("due", "host", "on_overdue", "outcome", "settled")
 
     def __init__(self, due: float, on_overdue: Callable[[], Any], host: InlineHost) -> None:
         self.due = due
         self.on_overdue = on_overdue
         self.host = host
-        self.overdue = False
         self.outcome: Any = None
-        self.settled = threading.Event()
+        #: Made when the run is found overdue (set once its ``on_overdue`` returned).
+        self.settled: threading.Event | None = None
 
 
 class Watchdog:
@@ -118,11 +118,12 @@ class Watchdog:
                 self._cond.notify()
         return run
 
-    def finish(self, run: _Watch) -> bool:
-        """The run came back: ``True`` if in time, ``False`` if the watchdog had ended it."""
+    def finish(self, run: _Watch) -> threading.Event | None:
+        """The run came back: ``None`` if in time, else the event set once the watchdog's
+        handling of it is done."""
         with self._cond:
             self._runs.pop(id(run), None)
-            return not run.overdue
+            return run.settled
 
     def _loop(self) -> None:
         while True:
@@ -136,7 +137,7 @@ class Watchdog:
                     self._wakes_at = min((r.due for r in self._runs.values()), default=now + 60)
                     self._cond.wait(self._wakes_at - now)
                 for run in due:
-                    run.overdue = True
+                    run.settled = threading.Event()
                     del self._runs[id(run)]
             for run in due:
                 threading.Thread(
@@ -305,16 +306,17 @@ class ToolThreads:
     ) -> Any:
         due = time.monotonic() + max(timeout_s, 0.0)
         slot = tool if limit is not None else None
-        with self._lock:
-            if slot is not None and limit is not None:
-                self._take_slot(slot, limit, due)
-            if self._overdue >= self.max_threads:
-                # As many runs are overdue as a process may hold: this one never starts.
-                if slot is not None:
-                    self._held[slot] -= 1
-                    self._lock.notify_all()
-                self._note_exhausted()
-                raise ToolThreadsExhausted()
+        if slot is not None or self._overdue >= self.max_threads:
+            with self._lock:
+                if slot is not None and limit is not None:
+                    self._take_slot(slot, limit, due)
+                if self._overdue >= self.max_threads:
+                    # As many runs are overdue as a process may hold: this one never starts.
+                    if slot is not None:
+                        self._held[slot] -= 1
+                        self._lock.notify_all()
+                    self._note_exhausted()
+                    raise ToolThreadsExhausted()
         run = self.watchdog.watch(due, on_overdue, host)
         try:
             result: tuple[bool, Any] = (True, executor(arguments))
@@ -325,10 +327,11 @@ class ToolThreads:
                 with self._lock:
                     self._held[slot] -= 1
                     self._lock.notify_all()
-        if not self.watchdog.finish(run):
+        settled = self.watchdog.finish(run)
+        if settled is not None:
             # Overdue: the watchdog ended the call (and replaced this thread): whatever the
             # tool returned is dropped, and this thread retires.
-            run.settled.wait()
+            settled.wait()
             with self._lock:
                 self._overdue -= 1
             host.retire()
@@ -350,6 +353,7 @@ class ToolThreads:
             # The run's step ends the call itself when it comes back (the reaper if never).
             logger.error("overdue run not ended by the watchdog: %s", type(exc).__name__)
         finally:
+            assert run.settled is not None  # made when it was found overdue
             run.settled.set()
         try:
             run.host.replace()

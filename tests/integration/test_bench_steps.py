@@ -19,10 +19,13 @@ def test_the_steps_benchmark_measures_both_sides_and_deletes_what_it_wrote() -> 
 
     # Then each side has a CPU and wall time per call, and every call ended READY (else it
     # raises); the hand-offs' cost is the difference of the two sides
-    for side in ("threads", "inline"):
+    for side in ("threads", "watchdog", "inline"):
         assert figures[f"{side}_cpu_ms"] > 0
         assert figures[f"{side}_wall_ms"] > 0
     assert figures["handoffs_cpu_ms"] == figures["threads_cpu_ms"] - figures["inline_cpu_ms"]
+    assert figures["watchdog_over_inline_cpu_ms"] == (
+        figures["watchdog_cpu_ms"] - figures["inline_cpu_ms"]
+    )
 
     # And none of its runs' keys, nor index entries, are left behind
     assert list(client.scan_iter(match="*steps-*", count=1000)) == []
