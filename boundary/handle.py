@@ -6,13 +6,11 @@ tool_call_id, the tool's name and its arguments: ``boundary.for_run(run).call(id
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from boundary.door import Door
 from boundary.models import ObservedFacts, RunContext, Submission, ToolCallEnvelope, ToolOutcome
 from boundary.registry import ToolSpec
-
-if TYPE_CHECKING:
-    from boundary.core import ToolBoundary
 
 #: How long ``call`` waits for a call's outcome by default, in seconds.
 DEFAULT_CALL_TIMEOUT_S = 30.0
@@ -22,13 +20,13 @@ class RunBoundary:
     """The calls of one run. The tool_call_id is used exactly as given (never made up).
 
     Args:
-        boundary: the boundary every call passes.
+        boundary: the boundary every call passes (a ``ToolBoundary``).
         run: the run the calls belong to; every call is checked against it.
         timeout: how long ``call``/``acall`` wait for an outcome unless told otherwise.
     """
 
     def __init__(
-        self, boundary: ToolBoundary, run: RunContext, *, timeout: float = DEFAULT_CALL_TIMEOUT_S
+        self, boundary: Door, run: RunContext, *, timeout: float = DEFAULT_CALL_TIMEOUT_S
     ) -> None:
         self.boundary = boundary
         self.run = run
@@ -100,7 +98,10 @@ class RunBoundary:
     ) -> ToolOutcome:
         """``call`` for an event loop: the loop is never blocked while the call runs."""
         envelope = self.envelope(tool_call_id, tool_name, arguments)
-        return await _ainvoke(self.boundary, envelope, self.run, self._timeout(timeout), replay)
+        # Woken by the call's seal notification: no thread, the event loop is never blocked.
+        return await self.boundary.ainvoke(
+            envelope, self.run, timeout=self._timeout(timeout), replay=replay
+        )
 
     def outcome(self, tool_call_id: str, *, timeout: float | None = None) -> ToolOutcome:
         """The outcome of a call submitted earlier in this run."""
@@ -112,14 +113,3 @@ class RunBoundary:
 
     def _timeout(self, timeout: float | None) -> float:
         return self.timeout if timeout is None else timeout
-
-
-async def _ainvoke(
-    boundary: ToolBoundary,
-    envelope: ToolCallEnvelope,
-    run: RunContext,
-    timeout: float,
-    replay: bool,
-) -> ToolOutcome:
-    # Woken by the call's seal notification: no thread, the event loop is never blocked.
-    return await boundary.ainvoke(envelope, run, timeout=timeout, replay=replay)

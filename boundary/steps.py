@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from boundary import telemetry
 from boundary.call_context import DEFAULT_HEARTBEAT_INTERVAL_S, CallCancelled, CallScope, Ended
+from boundary.call_steps import outcome_from_record
 from boundary.diagnostics import Diagnostic, Stage
 from boundary.errors import ErrorCode, ToolTimeout
 from boundary.handover import process_handover
@@ -104,23 +105,6 @@ class AttemptTerms:
     #: this one would run only once the tool returns, and the call's waiters and monitoring
     #: learn its end from that step. ``None``: the chained step projects it when it runs.
     project_now: Callable[[CanonicalKey], None] | None = None
-
-
-def outcome_from_record(record: CanonicalRecord) -> ToolOutcome | None:
-    """The agent-facing outcome of a sealed record; ``None`` while PROJECTING."""
-    if record.status is InvocationStatus.READY:
-        return ToolOutcome(
-            tool_call_id=record.tool_call_id,
-            status=InvocationStatus.READY,
-            evidence_status=record.evidence_status or EvidenceStatus.ERROR,
-            result=json.loads(record.agent_result) if record.agent_result else None,
-            scope=json.loads(record.scope) if record.scope else None,
-        )
-    if record.status is InvocationStatus.ERROR:
-        return ToolOutcome.error(
-            record.tool_call_id, record.error_code or ErrorCode.TOOL_EXECUTION_FAILED
-        )
-    return None
 
 
 def record_size(record: CanonicalRecord, **changes: Any) -> int:

@@ -133,7 +133,8 @@ def _parent(carrier: object) -> Context | None:
 
 
 class _HasRegistry(Protocol):
-    registry: ToolRegistry
+    @property
+    def registry(self) -> ToolRegistry: ...
 
 
 #: Set while a submit span is open: ``asubmit`` on a thread calls ``submit``, one span.
