@@ -25,7 +25,7 @@ from boundary.call_steps import (
     settled,
     time_left,
 )
-from boundary.dispatch import dispatch_call
+from boundary.dispatch import adispatch_call
 from boundary.door import Door
 from boundary.errors import ErrorCode, StoreError
 from boundary.models import (
@@ -110,14 +110,14 @@ class AsyncCalls:
         return Submission(key=key, accepted=True)
 
     async def _dispatch(self, key: CanonicalKey, queue: str) -> None:
-        """The dispatcher's own ``adispatch`` when it has one, else its dispatch on a thread
-        (a Celery publish is blocking network I/O)."""
+        """The dispatcher's own ``adispatch`` when it has one, else ``adispatch_call`` (its
+        ``asend_attempt``, or its blocking dispatch on a thread)."""
         dispatcher = self.door.dispatcher
         adispatch = getattr(dispatcher, "adispatch", None)
         if adispatch is not None:
             await adispatch(key)
         else:
-            await asyncio.to_thread(dispatch_call, dispatcher, key, queue)
+            await adispatch_call(dispatcher, key, queue)
 
     async def ainvoke(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -43,6 +44,26 @@ def dispatch_call(dispatcher: Dispatcher, key: CanonicalKey, queue: str = DEFAUL
         dispatcher.send_attempt(key, attempt=1, queue=queue)
     else:
         dispatcher.dispatch(key)
+
+
+@runtime_checkable
+class AsyncAttemptSender(Protocol):
+    """A dispatcher that sends an attempt without blocking an event loop (optional)."""
+
+    async def asend_attempt(self, key: CanonicalKey, *, attempt: int, queue: str) -> None:
+        """``AttemptSender.send_attempt`` for an event loop; raises on failure. Once it has
+        started, the send completes even if the awaiting task is cancelled."""
+
+
+async def adispatch_call(
+    dispatcher: Dispatcher, key: CanonicalKey, queue: str = DEFAULT_QUEUE
+) -> None:
+    """``dispatch_call`` for an event loop: the dispatcher's own ``asend_attempt`` when it
+    has one, else ``dispatch_call`` on a default-executor thread (a blocking publish)."""
+    if isinstance(dispatcher, AsyncAttemptSender):
+        await dispatcher.asend_attempt(key, attempt=1, queue=queue)
+    else:
+        await asyncio.to_thread(dispatch_call, dispatcher, key, queue)
 
 
 class _Running:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
@@ -12,7 +12,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.failures import ToolCallFailed
-from tasks.publisher import publisher_app
+from tasks.publisher import PublishThread, publisher_app
 
 #: Longest step between two looks at a result on a backend that does not push results.
 POLL_S = 0.05
@@ -39,6 +39,15 @@ def _drain_until_ready(backend: Any, result: Any, timeout: float | None) -> bool
     return True
 
 
+class _Origin(NamedTuple):
+    """What a message takes from the thread that asked for it, wherever it is published."""
+
+    #: The caller's trace context (W3C ``traceparent``...), empty without one.
+    headers: dict[str, str]
+    #: The app's reply address of the caller's thread (``Celery.thread_oid``).
+    reply_to: str
+
+
 class CeleryDispatcher:
     """Sends each call as an execute -> project chain with deterministic task ids
     (``<run_id>:<tool_call_id>:execute`` and ``...:project``) and waits on the project task.
@@ -60,6 +69,8 @@ class CeleryDispatcher:
         self.tools_queue, self.projections_queue = queues or (TOOLS_QUEUE, PROJECTIONS_QUEUE)
         #: Sends with a publish timeout; ``app`` keeps the waits (its result backend).
         self.publisher = publisher_app(app)
+        #: Publishes the async calls' sends from one thread (started on first use).
+        self.publish_thread = PublishThread()
 
     def dispatch(self, key: CanonicalKey) -> None:
         """Sends the call's first attempt to the ``tools`` queue (``send_attempt``)."""
@@ -78,10 +89,28 @@ class CeleryDispatcher:
         every attempt's chain ends in the one project task id waiters wait on, and only the
         attempt that keeps a raw response runs it.
         """
+        # The caller's trace goes with both steps (W3C traceparent in the message headers).
+        origin = _Origin(telemetry.trace_headers(), self.app.thread_oid)
+        self._send(key, attempt, queue, origin, countdown_s)
+
+    async def asend_attempt(self, key: CanonicalKey, *, attempt: int, queue: str) -> None:
+        """``send_attempt`` for an event loop: published from the dispatcher's publishing
+        thread (``PublishThread``), with the caller's trace and its thread's reply address.
+        Once queued, the send is published even if the caller is cancelled."""
+        origin = _Origin(telemetry.trace_headers(), self.app.thread_oid)
+        await self.publish_thread.asend(lambda: self._send(key, attempt, queue, origin))
+
+    def _send(
+        self,
+        key: CanonicalKey,
+        attempt: int,
+        queue: str,
+        origin: _Origin,
+        countdown_s: float = 0.0,
+    ) -> None:
+        headers, reply_to = origin
         ids = (key.run_id, key.tool_call_id)
         argsrepr = repr(ids)
-        # The caller's trace goes with both steps (W3C traceparent in the message headers).
-        headers = telemetry.trace_headers()
         execute_id = key.task_id("execute" if attempt == 1 else f"execute:{attempt}")
         if queue == TOOLS_QUEUE:
             queue = self.tools_queue
@@ -95,7 +124,7 @@ class CeleryDispatcher:
                 "queue": self.projections_queue,
                 "argsrepr": argsrepr,
                 "kwargsrepr": "{}",
-                "reply_to": self.app.thread_oid,
+                "reply_to": reply_to,
                 **({"headers": headers} if headers else {}),
             },
             "subtask_type": None,
@@ -114,7 +143,7 @@ class CeleryDispatcher:
                 countdown=countdown_s or None,
                 # The waiting app's id and task options (time limits), as the canvas would
                 # set them: the publisher only sends.
-                reply_to=self.app.thread_oid,
+                reply_to=reply_to,
                 time_limit=getattr(execute, "time_limit", None),
                 soft_time_limit=getattr(execute, "soft_time_limit", None),
                 argsrepr=argsrepr,

@@ -3,6 +3,7 @@ SIGSTOP (it accepts connections, the kernel does, but answers nothing) or restar
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 import redis
 from celery import Celery
 
-from boundary import ErrorCode, InvocationStatus, ToolBoundary, ToolCallEnvelope
+from boundary import ErrorCode, InvocationStatus, Submission, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
 from tasks.app import create_app
 from tasks.runtime import get_runtime
@@ -47,6 +48,13 @@ def _boundary(settings: Settings) -> ToolBoundary:
     return get_runtime().boundary(CeleryDispatcher(create_app(settings, name="tests_faults")))
 
 
+async def _asubmit(boundary: ToolBoundary, envelope: ToolCallEnvelope) -> Submission:
+    try:
+        return await boundary.asubmit(envelope, RUN)
+    finally:
+        await boundary.aclose()
+
+
 def _call(call_id: str) -> ToolCallEnvelope:
     return ToolCallEnvelope(
         run_id=RUN.run_id, tool_call_id=call_id, tool_name="lookup", arguments={"query": "x"}
@@ -75,6 +83,13 @@ def test_a_paused_broker_fails_dispatch_within_the_publish_timeout(
                 assert record.status is InvocationStatus.ERROR
                 assert record.error_code is ErrorCode.DISPATCH_FAILED
             assert max(took) < HANG_S, took
+            # And an async call (published from the dispatcher's publishing thread) too:
+            # its failed publish comes back to it, and the record is sealed DISPATCH_FAILED
+            submission = asyncio.run(_asubmit(boundary, _call("paused-async")))
+            assert submission.outcome is not None
+            assert submission.outcome.error_code is ErrorCode.DISPATCH_FAILED
+            record = get_runtime().store.get(submission.key)
+            assert record.error_code is ErrorCode.DISPATCH_FAILED
         finally:
             broker.resume()
         # And once it answers again, calls go through and the worker serves them

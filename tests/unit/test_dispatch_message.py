@@ -3,6 +3,7 @@ message ``(execute.si(...) | project.si(...)).apply_async()`` sends, field for f
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from celery import Celery
@@ -90,3 +91,18 @@ def test_dispatch_to_named_queues_matches_the_canvas_on_those_queues() -> None:
     assert dispatched == through_canvas
     (project,) = dispatched["body"][2]["chain"]
     assert project["options"]["queue"] == queues[1]
+
+
+def test_an_async_send_publishes_the_same_message_from_the_publishing_thread() -> None:
+    # Given the same call sent once through the canvas and once by the dispatcher's
+    # asend_attempt (an event loop's send, published from the dispatcher's one thread)
+    app = memory_app()
+    canvas_dispatch(app, KEY)
+    through_canvas = sent(app)
+    dispatcher = CeleryDispatcher(app)
+    asyncio.run(dispatcher.asend_attempt(KEY, attempt=1, queue=TOOLS_QUEUE))
+    dispatched = sent(app)
+    dispatcher.publish_thread.close(timeout=5)
+
+    # Then the messages are equal, field for field
+    assert dispatched == through_canvas
