@@ -32,8 +32,8 @@ from openai.types.responses import (
 )
 
 from boundary import RunBoundary
+from boundary.adapters.agents import agent_tools  # glue
 from examples.frameworks._offline import QUESTION, example_run, offline_boundary, show
-from tasks.adapters.agents import agent_tools  # glue
 
 
 def function_call(call_id: str, name: str, arguments: dict[str, Any]) -> ResponseFunctionToolCall:

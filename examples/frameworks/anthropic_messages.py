@@ -13,6 +13,7 @@ import sys
 
 import anthropic
 
+from boundary.adapters.anthropic import anthropic_tools, tool_results  # glue
 from examples.frameworks._offline import (
     QUESTION,
     ScriptedProvider,
@@ -20,7 +21,6 @@ from examples.frameworks._offline import (
     offline_boundary,
     show,
 )
-from tasks.adapters.anthropic import anthropic_tools, tool_results  # glue
 
 
 def message(content: list[dict[str, object]], stop_reason: str) -> dict[str, object]:

@@ -27,8 +27,8 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from boundary import RunBoundary
+from boundary.adapters.langchain import langchain_tools  # glue
 from examples.frameworks._offline import QUESTION, example_run, offline_boundary, show
-from tasks.adapters.langchain import langchain_tools  # glue
 
 SQL = "SELECT name, tier FROM services ORDER BY name"
 SCRIPT = [

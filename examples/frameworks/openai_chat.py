@@ -14,6 +14,7 @@ import sys
 
 import openai
 
+from boundary.adapters.openai import chat_tool_messages, chat_tools  # glue
 from examples.frameworks._offline import (
     QUESTION,
     ScriptedProvider,
@@ -21,7 +22,6 @@ from examples.frameworks._offline import (
     offline_boundary,
     show,
 )
-from tasks.adapters.openai import chat_tool_messages, chat_tools  # glue
 
 SQL = (
     "SELECT s.name, count(*) AS incidents FROM incidents i JOIN services s ON s.id = i.service_id"

@@ -13,6 +13,7 @@ import sys
 
 import openai
 
+from boundary.adapters.openai import function_call_outputs, response_tools  # glue
 from examples.frameworks._offline import (
     QUESTION,
     ScriptedProvider,
@@ -20,7 +21,6 @@ from examples.frameworks._offline import (
     offline_boundary,
     show,
 )
-from tasks.adapters.openai import function_call_outputs, response_tools  # glue
 
 
 def response(output: list[dict[str, object]]) -> dict[str, object]:

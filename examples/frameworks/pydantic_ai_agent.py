@@ -17,8 +17,8 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from boundary.adapters.pydantic_ai import BoundaryToolset  # glue
 from examples.frameworks._offline import QUESTION, example_run, offline_boundary, show
-from tasks.adapters.pydantic_ai import BoundaryToolset  # glue
 
 
 def scripted_model(messages: list[Any], info: AgentInfo) -> ModelResponse:

@@ -1,21 +1,15 @@
-"""Adapters from agent frameworks' tool calls to the boundary, one module per framework.
+"""Deprecated: the framework adapters moved to ``boundary.adapters`` (they import only
+``boundary``, never Celery). ``tasks.adapters`` and its modules re-export the same objects for
+one release; importing it warns (``DeprecationWarning``)."""
 
-Each module imports its framework's SDK only inside itself (and the OpenAI and Anthropic ones
-need no SDK at all: they read the SDK's objects or plain dicts), so ``pip install
-tool-boundary`` without extras still works. Every adapter takes a ``RunBoundary``
-(``boundary.for_run(run)``), exports the registry's declarations (name, description,
-``input_schema``) in the framework's format, and answers each tool call under the framework's
-own tool_call_id, byte for byte, with the framework's error convention.
+import warnings
 
-| module | framework | extra |
-|---|---|---|
-| ``tasks.adapters.openai`` | OpenAI Chat Completions and Responses | ``openai`` |
-| ``tasks.adapters.anthropic`` | Anthropic Messages | ``anthropic`` |
-| ``tasks.adapters.langchain`` | LangChain tools, LangGraph ``ToolNode`` | ``langgraph`` |
-| ``tasks.adapters.pydantic_ai`` | pydantic-ai toolsets | ``pydantic-ai`` |
-| ``tasks.adapters.agents`` | OpenAI Agents SDK function tools | ``openai-agents`` |
-"""
+from boundary.adapters import Call, outcome_text
 
-from tasks.adapters._common import Call, outcome_text
+warnings.warn(
+    "tasks.adapters is deprecated: import boundary.adapters instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 __all__ = ["Call", "outcome_text"]

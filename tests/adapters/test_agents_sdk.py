@@ -25,7 +25,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from tasks.adapters.agents import agent_tools
+from boundary.adapters.agents import agent_tools
 
 RAW_ONLY = "timeouts 0"
 

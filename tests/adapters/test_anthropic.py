@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from boundary import RunBoundary
-from tasks.adapters.anthropic import anthropic_tools, atool_results, tool_results
+from boundary.adapters.anthropic import anthropic_tools, atool_results, tool_results
 from tests.adapters.conftest import Gate, ScriptedHTTP, recorded
 from tests.celery_tools import FIND_SCHEMA, SECRET, SECRET_URL
 

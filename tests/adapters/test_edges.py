@@ -11,8 +11,8 @@ from typing import Any
 import redis
 
 from boundary import RunBoundary, RunContext, ToolBoundary
-from tasks.adapters.anthropic import tool_results
-from tasks.adapters.openai import chat_tool_messages
+from boundary.adapters.anthropic import tool_results
+from boundary.adapters.openai import chat_tool_messages
 from tests import celery_tools
 
 

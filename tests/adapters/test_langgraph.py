@@ -22,7 +22,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from tasks.adapters.langchain import langchain_tools, tool_node
+from boundary.adapters.langchain import langchain_tools, tool_node
 
 RAW_ONLY = "timeouts 0"
 

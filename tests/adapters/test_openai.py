@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from boundary import RunBoundary
-from tasks.adapters.openai import (
+from boundary.adapters.openai import (
     achat_tool_messages,
     chat_tool_messages,
     chat_tools,

@@ -21,7 +21,7 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolRetu
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from tasks.adapters.pydantic_ai import BoundaryToolset, answer
+from boundary.adapters.pydantic_ai import BoundaryToolset, answer
 
 RAW_ONLY = "timeouts 0"
 

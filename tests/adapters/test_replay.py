@@ -23,14 +23,14 @@ Answer = Callable[[RunBoundary, str, dict[str, Any], bool], str]
 
 
 def anthropic(handle: RunBoundary, call_id: str, args: dict[str, Any], replay: bool) -> str:
-    from tasks.adapters.anthropic import tool_results
+    from boundary.adapters.anthropic import tool_results
 
     use = {"type": "tool_use", "id": call_id, "name": "counted", "input": args}
     return str(tool_results(handle, {"content": [use]}, replay=replay)["content"][0]["content"])
 
 
 def openai_chat(handle: RunBoundary, call_id: str, args: dict[str, Any], replay: bool) -> str:
-    from tasks.adapters.openai import chat_tool_messages
+    from boundary.adapters.openai import chat_tool_messages
 
     function = {"name": "counted", "arguments": json.dumps(args)}
     message = {"tool_calls": [{"id": call_id, "type": "function", "function": function}]}
@@ -38,7 +38,7 @@ def openai_chat(handle: RunBoundary, call_id: str, args: dict[str, Any], replay:
 
 
 def openai_responses(handle: RunBoundary, call_id: str, args: dict[str, Any], replay: bool) -> str:
-    from tasks.adapters.openai import function_call_outputs
+    from boundary.adapters.openai import function_call_outputs
 
     item = {"type": "function_call", "call_id": call_id, "name": "counted"}
     item["arguments"] = json.dumps(args)
@@ -46,7 +46,7 @@ def openai_responses(handle: RunBoundary, call_id: str, args: dict[str, Any], re
 
 
 def langchain(handle: RunBoundary, call_id: str, args: dict[str, Any], replay: bool) -> str:
-    from tasks.adapters.langchain import langchain_tools
+    from boundary.adapters.langchain import langchain_tools
 
     (tool,) = [t for t in langchain_tools(handle, replay=replay) if t.name == "counted"]
     message = tool.invoke({"type": "tool_call", "id": call_id, "name": "counted", "args": args})
@@ -56,7 +56,7 @@ def langchain(handle: RunBoundary, call_id: str, args: dict[str, Any], replay: b
 def agents_sdk(handle: RunBoundary, call_id: str, args: dict[str, Any], replay: bool) -> str:
     from agents.tool_context import ToolContext
 
-    from tasks.adapters.agents import agent_tools
+    from boundary.adapters.agents import agent_tools
 
     (tool,) = [t for t in agent_tools(handle, replay=replay) if t.name == "counted"]
     text = json.dumps(args)
@@ -69,7 +69,7 @@ def agents_sdk(handle: RunBoundary, call_id: str, args: dict[str, Any], replay: 
 def pydantic_ai(handle: RunBoundary, call_id: str, args: dict[str, Any], replay: bool) -> str:
     from pydantic_ai.exceptions import ModelRetry, ToolFailed
 
-    from tasks.adapters.pydantic_ai import BoundaryToolset
+    from boundary.adapters.pydantic_ai import BoundaryToolset
 
     toolset = BoundaryToolset(handle, replay=replay)
     # ``call_tool`` reads only the context's tool_call_id.
