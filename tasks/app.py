@@ -12,6 +12,7 @@ from kombu.entity import Exchange, Queue
 
 from boundary import ToolRegistry
 from tasks.broker_transport import broker_transport
+from tasks.results import BoundaryCelery, register_settings
 from tasks.runtime import configure_runtime, get_settings
 from tasks.sentinel import celery_url
 from tasks.settings import Settings
@@ -96,8 +97,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 def create_app(settings: Settings, name: str = "tool_boundary") -> Celery:
     """A Celery app configured from ``settings``. Tasks are sent by name, so an app made
     here can dispatch calls (e.g. to another broker) without importing the task module."""
-    created = Celery(name)
+    created = BoundaryCelery(name)
     created.config_from_object(celery_config(settings))
+    register_settings(created, settings)
     return created
 
 
@@ -127,7 +129,7 @@ class _SettingsConfig(Mapping[str, Any]):
 
 
 #: The app workers run (``celery -A tasks worker``).
-app = Celery("tool_boundary")
+app = BoundaryCelery("tool_boundary")
 app.config_from_object(_SettingsConfig())
 
 

@@ -145,9 +145,17 @@ def execute_tool(task: Any, run_id: str, tool_call_id: str, attempt: int = 1) ->
         return "FAILED"
 
 
-@app.task(name=PROJECT, acks_late=True, base=CodeOnlyFailures)
+@app.task(
+    name=PROJECT,
+    acks_late=True,
+    base=CodeOnlyFailures,
+    # The sealed record is the only copy of the outcome: the app's backend answers this
+    # task's AsyncResult from it (``tasks.results``). No STARTED write either.
+    ignore_result=True,
+)
 def project_result(run_id: str, tool_call_id: str, attempt: int = 0) -> dict[str, Any]:
-    """Projects the raw response, seals the record; the result is the bounded outcome.
+    """Projects the raw response, seals the record; returns the bounded outcome (what the
+    ``task-succeeded`` event and Flower show; nothing stores it).
 
     An ERROR outcome ends the task in FAILURE with ``ToolCallFailed(<code>)`` and no
     traceback (see ``tasks.failures``), so monitoring lists it among the failed tasks.

@@ -13,6 +13,7 @@ from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.failures import ToolCallFailed
 from tasks.publisher import PublishThread, publisher_app
+from tasks.results import RecordResults
 
 #: Longest step between two looks at a result on a backend that does not push results.
 POLL_S = 0.05
@@ -169,13 +170,18 @@ class CeleryDispatcher:
     def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
         """The project task's result, waiting at most ``timeout`` seconds.
 
+        On our apps (``tasks.results.BoundaryCelery``) that result is the sealed record,
+        waited for on its seal notification (``_wait_record``). On another app's backend:
+
         ``AsyncResult.get`` drains the result backend in steps of one second and checks its
         timeout only between steps, so ``get(timeout=0.05)`` returned after about a second.
         On a backend that pushes results (Redis), this drains with each step cut to the time
         left; other backends are polled by ``get`` every ``POLL_S`` at most.
         """
-        result = self.app.AsyncResult(key.task_id("project"))
         backend = self.app.backend
+        if isinstance(backend, RecordResults):
+            return self._wait_record(backend, key, timeout)
+        result = self.app.AsyncResult(key.task_id("project"))
         try:
             if not backend.is_async:
                 interval = POLL_S if timeout is None else min(POLL_S, max(timeout, 0.001))
@@ -200,5 +206,22 @@ class CeleryDispatcher:
                 backend.remove_pending_result(result)
         if isinstance(value, ToolCallFailed) and value.error_code is not None:
             # An ERROR outcome ends the project task in FAILURE carrying its code only.
+            return ToolOutcome.error(key.tool_call_id, value.error_code).model_dump(mode="json")
+        return value if isinstance(value, dict) else None
+
+    @staticmethod
+    def _wait_record(
+        backend: RecordResults, key: CanonicalKey, timeout: float | None
+    ) -> dict[str, Any] | None:
+        """The sealed record's outcome, woken by its seal notification."""
+        try:
+            meta = backend.wait_record(key, timeout)
+        except Exception:
+            # The store is unreachable: the caller reads the record and reports it.
+            return None
+        if meta is None:
+            return None
+        value = meta["result"]
+        if isinstance(value, ToolCallFailed) and value.error_code is not None:
             return ToolOutcome.error(key.tool_call_id, value.error_code).model_dump(mode="json")
         return value if isinstance(value, dict) else None

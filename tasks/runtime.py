@@ -27,6 +27,18 @@ class Runtime:
         )
 
 
+def store_from_settings(settings: Settings) -> RedisCanonicalStore:
+    """The canonical store ``settings`` name."""
+    return RedisCanonicalStore.from_url(
+        settings.store_url,
+        ttl_s=settings.ttl_s,
+        limits=settings.limits,
+        cluster=settings.store_is_cluster(),
+        memory_watermark=settings.memory_watermark,
+        wait_replicas=settings.redis_wait_replicas,
+    )
+
+
 _lock = threading.Lock()
 _settings: Settings | None = None
 _registry: ToolRegistry | None = None
@@ -72,13 +84,6 @@ def get_runtime() -> Runtime:
     with _lock:
         if _runtime is None:
             registry = _registry if _registry is not None else load_registry(settings.tools)
-            store = RedisCanonicalStore.from_url(
-                settings.store_url,
-                ttl_s=settings.ttl_s,
-                limits=settings.limits,
-                cluster=settings.store_is_cluster(),
-                memory_watermark=settings.memory_watermark,
-                wait_replicas=settings.redis_wait_replicas,
-            )
+            store = store_from_settings(settings)
             _runtime = Runtime(settings=settings, store=store, registry=registry)
         return _runtime

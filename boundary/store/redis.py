@@ -8,6 +8,7 @@ which never touches expiry. Every driver error becomes ``StoreUnavailable``/``St
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -60,6 +61,7 @@ from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
 from boundary.store.redis_memory import DEFAULT_MEMORY_WATERMARK, MemoryWatermark
 from boundary.store.redis_runs import RedisRuns
+from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier, SyncSealWatch
 from boundary.store.sentinel import is_sentinel_url, parse_sentinel_url
 
 logger = logging.getLogger(__name__)
@@ -167,6 +169,8 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         self._index_runs = client.register_script(_INDEX_RUN)
         self._runs = RedisRuns(client, ttl_s, self._now_ms)
         self._register_attempt_scripts()
+        self._notifier: SyncSealNotifier | None = None
+        self._notifier_lock = threading.Lock()
 
     @classmethod
     def from_url(
@@ -539,6 +543,29 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
     def ping(self) -> None:
         with _translated():
             self.client.ping()
+
+    def watch_seal(self, key: CanonicalKey) -> SyncSealWatch | None:
+        """A watch on the call's seal notification, for a waiting thread (``seal_wait``):
+        one Pub/Sub connection per store and process. ``None`` on a RESP3 connection."""
+        notifier = self._notifier
+        if notifier is None:
+            with self._notifier_lock:
+                if self._notifier is None:
+                    pool = self._pubsub_pool()
+                    if str(pool.connection_kwargs.get("protocol") or 2) != "2":
+                        return None
+                    options = {**pool.connection_kwargs, "client_name": NOTIFY_CLIENT_NAME}
+                    self._notifier = SyncSealNotifier(lambda: pool.connection_class(**options))
+                notifier = self._notifier
+        return notifier.watch(keys.sealed_channel(key.run_id), key.tool_call_id)
+
+    def _pubsub_pool(self) -> Any:
+        """The pool whose connection settings the seal connection takes: the client's, or a
+        cluster node's (a PUBLISH reaches every node of a cluster)."""
+        if self._cluster:
+            node = self.client.get_default_node()  # type: ignore[union-attr]
+            return node.redis_connection.connection_pool
+        return self.client.connection_pool  # type: ignore[union-attr]
 
     def async_store(self) -> AsyncStore | None:
         """An asyncio store on the same server and DB (a plain ``redis.Redis`` client only;

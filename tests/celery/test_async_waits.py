@@ -251,6 +251,8 @@ def test_cancelled_waits_leave_the_call_running_and_leak_nothing(
     channels = sorted({keys.sealed_channel(k.run_id) for k in waited})
 
     async def body() -> tuple[int, list[Any], int, ToolOutcome]:
+        # (no subscription left on those channels by an earlier sync wait: its lingers 1 s)
+        await settled(lambda: numsub(redis_client, channels), 0)
         # When 1,000 aoutcome waits start, then their tasks are cancelled
         tasks = [
             asyncio.create_task(celery_boundary.aoutcome(k.run_id, k.tool_call_id, timeout=60))

@@ -1,0 +1,255 @@
+"""Seal notifications for waiting threads: ONE Pub/Sub connection per store and process.
+
+The sync twin of ``notify.py``. ``seal.lua`` publishes a call's tool_call_id on its run's
+channel (``keys.sealed_channel``) once the record is sealed. A waiting thread watches its
+call (``SyncSealNotifier.watch``): the watch subscribes the run's channel, or joins its
+subscription, and returns once Redis confirmed it; the waiter reads the record after that,
+never before, so a seal is either seen by that read or delivered as a message.
+
+One reader thread owns the connection: it opens it (so a waiter never blocks on a connect
+to a Redis that does not answer: its confirmation wait is bounded by its own timeout), sends
+the subscriptions asked for meanwhile, reads every reply and sets the events of the waiters
+of each sealed call. Waiters send their SUBSCRIBE themselves under the lock once the
+connection is up (one small write; the reader is the only one that reads).
+
+A channel nobody watches stays subscribed for ``LINGER_S`` (the next call of the same run
+then needs no round trip to be watched) and is unsubscribed after (checked every
+``READ_STEP_S``, messages or not). The connection closes
+when no channel is left. When it fails, every waiter is woken to re-read its record, and a
+watch made after that subscribes again on a new connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a channel with no watcher stays subscribed (the next call of a run that an agent
+#: loop makes right after the last one is watched without a round trip).
+LINGER_S = 1.0
+#: Shortest pause between two subscriptions of one watch after connection failures, seconds.
+RETRY_S = 0.1
+#: The name the seal connection gives itself (``CLIENT LIST``).
+NOTIFY_CLIENT_NAME = "tb-seal-notify"
+#: Longest read step of the reader, seconds (it unsubscribes idle channels between steps).
+READ_STEP_S = 0.5
+
+
+class _Channel:
+    """One subscribed (or subscribing) channel and the events of the calls watched on it."""
+
+    __slots__ = ("confirmed", "idle_since", "users", "waiters")
+
+    def __init__(self) -> None:
+        self.confirmed = threading.Event()
+        self.waiters: dict[str, set[threading.Event]] = {}
+        self.users = 0
+        self.idle_since: float | None = None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class SyncSealNotifier:
+    """Fans seal messages out to waiting threads over one Pub/Sub connection.
+
+    Args:
+        connect: makes a new, not yet connected, redis-py ``Connection`` to the store's
+            server (RESP2); called on the reader thread.
+    """
+
+    def __init__(self, connect: Any, *, linger_s: float = LINGER_S) -> None:
+        self._make_connection = connect
+        self._linger_s = linger_s
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self._reader: threading.Thread | None = None
+        self._channels: dict[str, _Channel] = {}
+        self._pid = os.getpid()
+        #: Bumped on every connection failure: watches of an older generation re-attach.
+        self.generation = 0
+
+    @property
+    def channels(self) -> int:
+        """Channels subscribed or being subscribed (for tests)."""
+        return len(self._channels)
+
+    def watch(self, channel: str, tool_call_id: str) -> SyncSealWatch:
+        return SyncSealWatch(self, channel, tool_call_id)
+
+    # -- used by watches, under no lock of theirs --
+
+    def _acquire(self, channel: str, tool_call_id: str, event: threading.Event) -> _Channel:
+        with self._lock:
+            if self._pid != os.getpid():
+                # A forked child: the parent's connection and reader are not ours.
+                self._pid, self._conn, self._reader, self._channels = os.getpid(), None, None, {}
+            state = self._channels.get(channel)
+            if state is None:
+                state = self._channels[channel] = _Channel()
+                if self._conn is not None:
+                    self._send("SUBSCRIBE", channel)
+            state.users += 1
+            state.idle_since = None
+            state.waiters.setdefault(tool_call_id, set()).add(event)
+            if self._reader is None:
+                self._reader = threading.Thread(
+                    target=self._read_loop, name="tb-seal-reader", daemon=True
+                )
+                self._reader.start()
+            return state
+
+    def _release(
+        self, channel: str, state: _Channel, tool_call_id: str, event: threading.Event
+    ) -> None:
+        with self._lock:
+            events = state.waiters.get(tool_call_id)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del state.waiters[tool_call_id]
+            state.users -= 1
+            if state.users == 0 and self._channels.get(channel) is state:
+                state.idle_since = time.monotonic()
+
+    def _send(self, *args: str) -> None:
+        """Under the lock, with the connection up. A failed write is the reader's to see."""
+        try:
+            self._conn.send_command(*args, check_health=False)
+        except Exception:
+            logger.debug("seal subscription not sent; the reader will see the failure")
+
+    # -- the reader thread --
+
+    def _read_loop(self) -> None:
+        conn = None
+        try:
+            conn = self._make_connection()
+            conn.connect()
+            with self._lock:
+                self._conn = conn
+                for channel in self._channels:
+                    self._send("SUBSCRIBE", channel)
+            tidied = time.monotonic()
+            while True:
+                if conn.can_read(timeout=READ_STEP_S):
+                    self._on_reply(conn.read_response(disconnect_on_error=False, push_request=True))
+                    if time.monotonic() - tidied < READ_STEP_S:
+                        continue
+                tidied = time.monotonic()
+                if self._tidy(conn):
+                    return
+        except Exception as exc:
+            self._failed(conn, exc)
+
+    def _on_reply(self, reply: Any) -> None:
+        if not isinstance(reply, list) or len(reply) < 3:
+            return
+        kind, channel, data = (_text(part) for part in reply[:3])
+        with self._lock:
+            state = self._channels.get(channel)
+            if state is None:
+                return
+            if kind == "message":
+                for event in state.waiters.get(data, ()):
+                    event.set()
+            elif kind == "subscribe":
+                state.confirmed.set()
+
+    def _tidy(self, conn: Any) -> bool:
+        """Unsubscribes the channels idle past the linger time; True (and the connection
+        closed) once no channel is left."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [
+                name
+                for name, state in self._channels.items()
+                if state.users == 0
+                and state.confirmed.is_set()
+                and state.idle_since is not None
+                and now - state.idle_since >= self._linger_s
+            ]
+            for name in idle:
+                del self._channels[name]
+            if idle:
+                self._send("UNSUBSCRIBE", *idle)
+            if self._channels:
+                return False
+            self._conn = self._reader = None
+        conn.disconnect()
+        return True
+
+    def _failed(self, conn: Any, exc: Exception) -> None:
+        """The connection broke (or never opened): wake everyone to re-read their records;
+        the next watch starts afresh."""
+        logger.warning("seal notification connection lost (%s)", type(exc).__name__)
+        with self._lock:
+            self.generation += 1
+            for state in self._channels.values():
+                state.confirmed.set()
+                for events in state.waiters.values():
+                    for event in events:
+                        event.set()
+            self._channels = {}
+            self._conn = self._reader = None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+
+
+class SyncSealWatch:
+    """One waiter's view of one call's seal: ``with notifier.watch(...) as w: w.attach(t)``,
+    read the record, then ``w.wait(t)`` (True: woken, read the record again)."""
+
+    def __init__(self, notifier: SyncSealNotifier, channel: str, tool_call_id: str) -> None:
+        self._notifier = notifier
+        self._channel = channel
+        self._call = tool_call_id
+        self._event = threading.Event()
+        self._state: _Channel | None = None
+        self._generation = -1
+        self._attached_at = 0.0
+
+    def attach(self, timeout: float | None) -> bool:
+        """Subscribes (or joins the channel's subscription) and waits up to ``timeout`` for
+        Redis to confirm it. True when confirmed. Read the record after this, never before."""
+        self._detach()
+        self._event.clear()
+        self._attached_at = time.monotonic()
+        self._generation = self._notifier.generation
+        state = self._notifier._acquire(self._channel, self._call, self._event)
+        self._state = state
+        return state.confirmed.wait(timeout)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Waits up to ``timeout`` seconds for the call's seal message. True when woken (a
+        seal, or a lost connection): re-read the record either way. False on time."""
+        if self._generation != self._notifier.generation:
+            # The connection failed since: subscribe again on a new one, at most every
+            # RETRY_S (a server that refuses at once must not make the caller spin).
+            pause = RETRY_S - (time.monotonic() - self._attached_at)
+            if pause > 0:
+                time.sleep(pause if timeout is None else min(pause, max(timeout, 0.0)))
+            self.attach(timeout)
+            return True
+        woken = self._event.wait(timeout)
+        self._event.clear()
+        return woken
+
+    def _detach(self) -> None:
+        state, self._state = self._state, None
+        if state is not None:
+            self._notifier._release(self._channel, state, self._call, self._event)
+
+    def __enter__(self) -> SyncSealWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._detach()

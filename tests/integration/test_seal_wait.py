@@ -1,0 +1,163 @@
+"""Sync seal notifications (``boundary.store.seal_wait``) and the project task's AsyncResult
+answered from the record (``tasks.results``), on a real Redis."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Iterator
+
+import pytest
+import redis
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+from boundary import ErrorCode, EvidenceStatus, RedisCanonicalStore
+from boundary.store import keys
+from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier
+from tasks.app import create_app
+from tasks.failures import ToolCallFailed
+from tests.conftest import celery_test_settings
+from tests.helpers import create_projecting
+
+#: Long enough never to be reached in a passing test.
+LONG_S = 30.0
+
+
+def _notifier(store: RedisCanonicalStore, linger_s: float) -> SyncSealNotifier:
+    pool = store.client.connection_pool  # type: ignore[union-attr]
+    return SyncSealNotifier(
+        lambda: pool.connection_class(**pool.connection_kwargs), linger_s=linger_s
+    )
+
+
+def _ready(store: RedisCanonicalStore, key: object) -> None:
+    store.seal(key, evidence_status=EvidenceStatus.NO_EVIDENCE)  # type: ignore[arg-type]
+
+
+def _subscribers(client: redis.Redis, channel: str) -> int:
+    counts = dict(client.pubsub_numsub(channel))
+    return int(counts.get(channel, 0))
+
+
+def test_a_watch_made_before_the_seal_is_woken_by_it(store: RedisCanonicalStore) -> None:
+    # Given a PROJECTING call and a confirmed watch on it
+    key = create_projecting(store, "c1")
+    watch = store.watch_seal(key)
+    assert watch is not None
+    with watch:
+        assert watch.attach(LONG_S)
+        assert store.get(key, with_raw=False).status.value == "PROJECTING"  # type: ignore[union-attr]
+        # When another thread seals it
+        sealer = threading.Thread(target=_ready, args=(store, key))
+        sealer.start()
+        # Then the wait is woken (not timed out) and the record says READY
+        assert watch.wait(LONG_S)
+        sealer.join()
+        assert store.get(key, with_raw=False).status.value == "READY"  # type: ignore[union-attr]
+
+
+def test_a_seal_of_another_call_of_the_run_does_not_wake_the_watch(
+    store: RedisCanonicalStore,
+) -> None:
+    mine, other = create_projecting(store, "c1"), create_projecting(store, "c2")
+    watch = store.watch_seal(mine)
+    assert watch is not None
+    with watch:
+        watch.attach(LONG_S)
+        _ready(store, other)
+        # The other call's message came and went: this watch times out
+        assert not watch.wait(0.2)
+        _ready(store, mine)
+        assert watch.wait(LONG_S)
+
+
+def test_waiters_on_one_run_share_one_subscription_and_an_idle_one_is_dropped(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    notifier = _notifier(store, linger_s=0.0)
+    channel = keys.sealed_channel(f"share-{secrets.token_hex(4)}")
+    first, second = notifier.watch(channel, "c1"), notifier.watch(channel, "c2")
+    assert first.attach(LONG_S) and second.attach(LONG_S)
+    assert notifier.channels == 1
+    assert _subscribers(redis_client, channel) == 1
+    first.__exit__()
+    second.__exit__()
+    # The reader unsubscribes the idle channel and closes its connection
+    sealer_client = redis_client
+    for _ in range(200):
+        if notifier.channels == 0 and _subscribers(sealer_client, channel) == 0:
+            break
+        threading.Event().wait(0.05)
+    assert notifier.channels == 0
+    assert _subscribers(redis_client, channel) == 0
+
+
+def test_a_lost_connection_wakes_the_waiters_and_a_later_seal_still_wakes_them(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    key = create_projecting(store, "c1")
+    watch = store.watch_seal(key)
+    assert watch is not None
+    with watch:
+        assert watch.attach(LONG_S)
+        woken = threading.Event()
+
+        def wait_once() -> None:
+            if watch.wait(LONG_S):
+                woken.set()
+
+        waiter = threading.Thread(target=wait_once)
+        waiter.start()
+        # When the notification connection is killed under the waiter
+        killed = [
+            client["id"]
+            for client in redis_client.client_list(_type="pubsub")
+            if client["name"] == NOTIFY_CLIENT_NAME
+        ]
+        assert killed
+        for client_id in killed:
+            redis_client.client_kill_filter(_id=client_id)
+        waiter.join(LONG_S)
+        # Then it was woken (to re-read its record), not left hanging
+        assert woken.is_set()
+        # And the next wait subscribes again and is woken by the seal
+        sealer = threading.Timer(0.2, _ready, args=(store, key))
+        sealer.start()
+        while store.get(key, with_raw=False).status.value == "PROJECTING":  # type: ignore[union-attr]
+            assert watch.wait(LONG_S)
+        sealer.join()
+
+
+@pytest.fixture
+def record_app(store: RedisCanonicalStore) -> Iterator[object]:
+    app = create_app(celery_test_settings(), name="tests_record_results")
+    from tasks import results
+
+    with results._lock:
+        results._stores[app] = store
+    yield app
+
+
+def test_async_result_of_a_project_task_reads_the_record(
+    store: RedisCanonicalStore, record_app: object
+) -> None:
+    app = record_app
+    ready, failed = create_projecting(store, "c1"), create_projecting(store, "c2")
+    result = app.AsyncResult(ready.task_id("project"))  # type: ignore[attr-defined]
+    # PENDING while PROJECTING; a bounded get times out
+    assert result.state == "PENDING" and not result.ready()
+    with pytest.raises(CeleryTimeoutError):
+        result.get(timeout=0.1)
+    # SUCCESS with the outcome once READY, woken by the seal
+    threading.Timer(0.2, _ready, args=(store, ready)).start()
+    value = result.get(timeout=LONG_S)
+    assert value["status"] == "READY" and value["tool_call_id"] == "c1"
+    assert result.state == "SUCCESS"
+    # FAILURE carrying ToolCallFailed(<code>) once ERROR
+    store.seal_error(failed, ErrorCode.TOOL_TIMEOUT)
+    failure = app.AsyncResult(failed.task_id("project"))  # type: ignore[attr-defined]
+    assert failure.state == "FAILURE"
+    assert isinstance(failure.result, ToolCallFailed)
+    assert failure.result.args == (ErrorCode.TOOL_TIMEOUT.value,)
+    with pytest.raises(ToolCallFailed):
+        failure.get(timeout=LONG_S)
