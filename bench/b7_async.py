@@ -216,6 +216,8 @@ def stall(
         "tick_lateness": _ms(late),
         "longest_step_cpu_ms": max(steps) * 1000,
         "steps": len(steps),
+        # All the loop's steps (the ticker's too) over the calls: the loop's CPU per call.
+        "loop_cpu_ms_per_call": sum(steps) * 1000 / calls,
         "tick_cpu": _ms(tick_cpu),
     }
     if resources:

@@ -14,6 +14,7 @@ import logging
 from weakref import WeakKeyDictionary
 
 from boundary import telemetry
+from boundary.admission import admission
 from boundary.call_steps import (
     Prepared,
     dispatch_failed,
@@ -83,6 +84,8 @@ class AsyncCalls:
         store = self.store()
         if store is None:
             return await asyncio.to_thread(self.door.submit, envelope, run, replay=replay)
+        # Many calls started at once: this loop iteration runs only its budget of first steps.
+        await admission().turn()
         prepared = prepare(self.door, envelope, run)
         if isinstance(prepared, Submission):
             return prepared
@@ -136,6 +139,8 @@ class AsyncCalls:
         if submission.outcome is not None:
             return submission.outcome
         assert submission.key is not None
+        # Dispatches end in batches (one wake-up per publishing batch): waits start in turn.
+        await admission().turn()
         return await await_outcome(store, submission.key, give_up)
 
     async def aoutcome(
@@ -196,6 +201,8 @@ async def await_outcome(store: AsyncStore, key: CanonicalKey, give_up: float | N
                 if left is not None and left <= 0:
                     return ToolOutcome.running(key.tool_call_id, CallProgress.of(record))
                 await watch.wait(RECHECK_S if left is None else min(left, RECHECK_S))
+                # Seals come in bursts (one read of the notifier wakes every sealed call).
+                await admission().turn()
     except StoreError:
         return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
 
