@@ -32,7 +32,7 @@ CALLS_PER_RUN = 10
 PENDING_CALLS = 100
 
 
-def _keys(prefix: str, runs: int) -> Iterator[CanonicalKey]:
+def keys_of_runs(prefix: str, runs: int) -> Iterator[CanonicalKey]:
     for n in range(runs):
         for call in range(CALLS_PER_RUN):
             yield CanonicalKey(run_id=f"{prefix}-{n}", tool_call_id=f"call_{call}")
@@ -63,11 +63,11 @@ def scale(store: RedisCanonicalStore, records: int) -> dict[str, Any]:
     client = store.client
     runs = max(records // CALLS_PER_RUN, 1)
     before = _used_memory(client)
-    write_s, written = _timed(lambda: write_sealed(store, _keys("b6s-run", runs)))
+    write_s, written = _timed(lambda: write_sealed(store, keys_of_runs("b6s-run", runs)))
     sealed_bytes = _used_memory(client) - before
     overdue = datetime.now(UTC) - timedelta(seconds=1)
     pending_runs = max(PENDING_CALLS // CALLS_PER_RUN, 1)
-    write_pending(store, _keys("b6s-stuck", pending_runs), deadline=overdue)
+    write_pending(store, keys_of_runs("b6s-stuck", pending_runs), deadline=overdue)
     sample = CanonicalKey(run_id="b6s-run-0", tool_call_id="call_0")
     sample_key = store_keys.record_key(sample)
     # What the reaper's first pass reads (runs sealed since the last pass stay in it unless

@@ -20,7 +20,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bench.b6_scale import _keys
+from bench.b6_scale import keys_of_runs
 from bench.fixtures import write_pending, write_sealed
 from boundary import RedisCanonicalStore
 from boundary.store import keys
@@ -38,9 +38,9 @@ def _timed(action: Any) -> tuple[float, Any]:
 
 def measure(store: RedisCanonicalStore, records: int) -> dict[str, Any]:
     client = store.client
-    write_s, written = _timed(lambda: write_sealed(store, _keys("rfp-run", records // 10)))
+    write_s, written = _timed(lambda: write_sealed(store, keys_of_runs("rfp-run", records // 10)))
     overdue = datetime.now(UTC) - timedelta(seconds=1)
-    pending = write_pending(store, _keys("rfp-stuck", PENDING_RUNS), deadline=overdue)
+    pending = write_pending(store, keys_of_runs("rfp-stuck", PENDING_RUNS), deadline=overdue)
     facts: dict[str, Any] = {
         "records": written,
         "pending": pending,

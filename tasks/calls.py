@@ -50,7 +50,7 @@ STORE_ATTEMPTS = 4
 STORE_RETRY_DELAY_S = 0.5
 
 
-def _retrying(step: Callable[[], T]) -> T:
+def retrying(step: Callable[[], T]) -> T:
     """Retries ``step`` on store errors inside the task (a Celery retry would write a
     traceback into the result backend)."""
     delay = STORE_RETRY_DELAY_S
@@ -126,7 +126,7 @@ def execute_tool(task: Any, run_id: str, tool_call_id: str, attempt: int = 1) ->
         runtime = get_runtime()
         terms = attempt_terms()
         with telemetry.worker_step(telemetry.EXECUTE, key, task.request):
-            executed = _retrying(
+            executed = retrying(
                 lambda: execute_step(
                     runtime.store,
                     runtime.registry,
@@ -167,7 +167,7 @@ def project_result(run_id: str, tool_call_id: str, attempt: int = 0) -> dict[str
         runtime = get_runtime()
         timeout_s = runtime.settings.projection_timeout_s
         with telemetry.worker_step(telemetry.PROJECT, key, project_result.request) as step:
-            outcome = _retrying(
+            outcome = retrying(
                 lambda: project_step(
                     runtime.store,
                     runtime.registry,

@@ -30,7 +30,7 @@ from boundary import (
 )
 from boundary.models import is_safe_id
 from tasks.app import PROJECT_RUN, PROJECT_RUNS, app
-from tasks.calls import _retrying
+from tasks.calls import retrying
 from tasks.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def project_run(run_id: str) -> dict[str, Any]:
         return error_line(None, RunError.INVALID_RUN_ID)
     try:
         store = get_runtime().store
-        facts = _retrying(lambda: observe_run(store, run_id))
+        facts = retrying(lambda: observe_run(store, run_id))
     except Exception as exc:
         return error_line(run_id, _failed(f"project_run {run_id}", exc))
     return facts.model_dump(mode="json")
@@ -134,7 +134,7 @@ def project_runs(run_ids: list[str]) -> list[dict[str, Any]]:
         return []
     try:
         store = get_runtime().store
-        return _retrying(lambda: observe_runs(store, run_ids))
+        return retrying(lambda: observe_runs(store, run_ids))
     except Exception as exc:
         error = _failed(f"project_runs of {len(run_ids)} runs", exc)
         return [error_line(run_id if is_safe_id(run_id) else None, error) for run_id in run_ids]

@@ -1,0 +1,165 @@
+"""The layering of the code, checked: ``tasks -> projectors -> boundary``, never back.
+
+``boundary/`` is the library: importing any of its modules loads no Celery, no ``tasks`` or
+``projectors``, no agent SDK (an adapter loads its SDK when its tools are made). Its import
+graph, read from the source (imports under ``TYPE_CHECKING`` and inside functions count too),
+has no circle, and no module imports another module's private (``_x``) names.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Top-level packages that no module under ``boundary/`` may load at import time.
+FORBIDDEN = (
+    "tasks",
+    "projectors",
+    "celery",
+    "kombu",
+    "billiard",
+    "openai",
+    "anthropic",
+    "langchain_core",
+    "langgraph",
+    "pydantic_ai",
+    "agents",
+    "mcp",
+    # The ``otel`` extra's exporter: telemetry imports only ``opentelemetry-api``. (The
+    # OpenTelemetry SDK is not listed: redis-py's own observability module imports it
+    # whenever it is installed.)
+    "prometheus_client",
+)
+#: Every module of these packages is held to the private-name rule.
+PACKAGES = ("boundary", "projectors", "tasks", "bench")
+
+IMPORT_ALL = """
+import importlib, pkgutil, sys
+import boundary
+for module in pkgutil.walk_packages(boundary.__path__, "boundary."):
+    importlib.import_module(module.name)
+loaded = {name.split(".")[0] for name in sys.modules}
+print(" ".join(sorted(loaded & set(sys.argv[1:]))))
+"""
+
+
+def test_importing_every_boundary_module_loads_no_celery_tasks_or_agent_sdk() -> None:
+    # Given a fresh interpreter that imports every module under boundary/
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL, *FORBIDDEN],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+    # Then none of the forbidden packages was loaded
+    assert done.stdout.split() == []
+
+
+# --- The import graph, from the source ------------------------------------------------------
+
+
+def modules_of(package: str) -> dict[str, Path]:
+    """Dotted name -> file, for every module of ``package`` (a folder under the root)."""
+    found = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imports_of(module: str, path: Path) -> Iterator[tuple[str, str | None]]:
+    """``(imported module, name taken from it)`` for every import anywhere in the file; the
+    name is ``None`` for ``import x``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                yield base, alias.name
+
+
+def graph_of(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of the same tree it imports (``from p import m`` of a submodule
+    ``m`` is an edge to ``p.m``, not to ``p``)."""
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for module, path in modules.items():
+        for base, name in imports_of(module, path):
+            target = f"{base}.{name}" if f"{base}.{name}" in modules else base
+            if target in modules and target != module:
+                edges[module].add(target)
+    return edges
+
+
+def circle_in(edges: dict[str, set[str]]) -> list[str] | None:
+    """One circle of the graph (its modules in import order), or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(edges[node]):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state and (found := visit(target)) is not None:
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(edges):
+        if start not in state and (found := visit(start)) is not None:
+            return found
+    return None
+
+
+def test_the_import_graph_of_boundary_has_no_circle() -> None:
+    circle = circle_in(graph_of(modules_of("boundary")))
+    assert circle is None, " -> ".join(circle)
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circle_in(edges) == ["a", "b", "c", "a"]
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(checked: dict[str, Path], known: dict[str, Path]) -> Iterator[str]:
+    """Each import, by a module of ``checked``, of another module's private name, or of a
+    private module from outside the package that holds it (a package's ``_x`` module is
+    shared by that package only). ``known``: every module, to tell modules from names."""
+    for module, path in checked.items():
+        for base, name in imports_of(module, path):
+            if name is not None and private(name) and f"{base}.{name}" not in known:
+                yield f"{module} imports {name} from {base}"
+            named = name is not None and f"{base}.{name}" in known
+            parts = (f"{base}.{name}" if named else base).split(".")
+            for depth, part in enumerate(parts):
+                owner = ".".join(parts[:depth])
+                if private(part) and not (module == owner or module.startswith(f"{owner}.")):
+                    yield f"{module} imports the private module {'.'.join(parts[: depth + 1])}"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_imports_a_private_name_of_another(package: str) -> None:
+    known = {name: path for p in PACKAGES for name, path in modules_of(p).items()}
+    assert list(private_imports(modules_of(package), known)) == []
