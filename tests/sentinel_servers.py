@@ -12,7 +12,7 @@ from pathlib import Path
 
 import redis
 
-from tests.servers import RedisServer, _taken, _taken_lock, free_port, redis_server_binary
+from tests.servers import RedisServer, free_port, redis_server_binary, release_port
 
 #: The master's name in the Sentinels' configuration.
 SERVICE = "tb"
@@ -55,8 +55,7 @@ class SentinelServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        with _taken_lock:
-            _taken.discard(self.port)
+        release_port(self.port)
 
 
 @dataclass
@@ -115,5 +114,4 @@ def sentinel_setup(directory: Path) -> Iterator[SentinelSetup]:
             sentinel.stop()
         for server in (replica, master):
             server.stop()
-            with _taken_lock:
-                _taken.discard(server.port)
+            release_port(server.port)

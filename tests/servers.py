@@ -38,6 +38,12 @@ def redis_server_binary() -> str:
     return found
 
 
+def release_port(port: int) -> None:
+    """Gives a port taken by ``free_port`` back, once its server has stopped."""
+    with _taken_lock:
+        _taken.discard(port)
+
+
 def free_port() -> int:
     """A port of our range that nothing listens on (and no other server of this run took)."""
     with _taken_lock:
@@ -141,8 +147,7 @@ def redis_server(directory: Path, *args: str, password: str | None = None) -> It
         yield server.start()
     finally:
         server.stop()
-        with _taken_lock:
-            _taken.discard(server.port)
+        release_port(server.port)
 
 
 @contextmanager
@@ -197,5 +202,4 @@ def redis_cluster(
     finally:
         for server in servers:
             server.stop()
-            with _taken_lock:
-                _taken.discard(server.port)
+            release_port(server.port)

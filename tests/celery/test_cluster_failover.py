@@ -6,7 +6,6 @@ stays PROJECTING, the worker keeps serving, and the store URL names a node witho
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,20 +14,9 @@ import pytest
 import redis
 from celery import Celery
 
-from boundary import (
-    CanonicalKey,
-    ErrorCode,
-    InvocationStatus,
-    RedisCanonicalStore,
-    RunContext,
-    ToolBoundary,
-    ToolCallEnvelope,
-)
+from boundary import ErrorCode, InvocationStatus, RedisCanonicalStore, RunContext
 from boundary.store import keys
-from tasks import CeleryDispatcher
-from tasks.app import create_app
-from tasks.runtime import get_runtime
-from tests.celery.workers import celery_process, worker_args
+from tests.celery.failover import Load, outcomes_once_ended, served
 from tests.conftest import celery_test_settings
 from tests.servers import redis_cluster, redis_server
 
@@ -36,8 +24,6 @@ from tests.servers import redis_cluster, redis_server
 RUNS = 12
 #: Calls accepted before the master is killed, and after the cluster is whole again.
 BEFORE, AFTER = 40, 20
-#: Each call's tool run, seconds.
-TOOL_S = 0.3
 #: A silent node is failed after this long, ms (Redis's default is 15 s).
 NODE_TIMEOUT_MS = 2000
 #: Bound of every wait, seconds (reached only when the test fails).
@@ -81,47 +67,13 @@ def test_a_cluster_master_failover_loses_no_accepted_call(
         )
         assert settings.redis_cluster is None and settings.store_is_cluster()
         store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=600, cluster=True)
-        boundary = ToolBoundary(
-            store=store,
-            registry=get_runtime().registry,
-            dispatcher=CeleryDispatcher(create_app(settings, name="tests_cluster_failover")),
-            max_pending_s=settings.max_pending_s,
-            reap_grace_s=settings.reap_grace_s,
-        )
-        log = tmp_path / "w.log"
-        args = (*worker_args("cluster-fo", concurrency=8), "-B", "-s", str(tmp_path / "beat"))
-        with celery_process(settings, *args, log=log) as worker:
-            pid = worker.pid
-            accepted: list[tuple[float, CanonicalKey]] = []
-            refused: Counter[ErrorCode | None] = Counter()
-            stop = threading.Event()
-
-            def load() -> None:
-                n = 0
-                while not stop.is_set():
-                    run = _run(n)
-                    envelope = ToolCallEnvelope(
-                        run_id=run.run_id,
-                        tool_call_id=f"c{n}",
-                        tool_name="sleepy",
-                        arguments={"seconds": TOOL_S, "n": n},
-                    )
-                    n += 1
-                    submission = boundary.submit(envelope, run)
-                    if submission.accepted:
-                        accepted.append((time.monotonic(), submission.key))
-                    else:
-                        assert submission.outcome is not None
-                        refused[submission.outcome.error_code] += 1
-                        time.sleep(0.05)
-                    time.sleep(0.02)
-
-            loader = threading.Thread(target=load, daemon=True)
-            loader.start()
-            while len(accepted) < BEFORE:
-                assert time.monotonic() < give_up, refused
-                time.sleep(0.05)
+        with served(settings, store, tmp_path, "cluster-fo") as serving:
+            load = Load(serving.boundary, run_of=_run, call_id=lambda n: f"c{n}")
+            load.start()
+            load.wait_accepted(BEFORE, give_up)
+            accepted = load.accepted
             # When the master holding the first run's slot is killed
+            first_slot = store.client.keyslot(keys.record_key(accepted[0][1]))
             slot_node = store.client.get_node_from_key(keys.record_key(accepted[0][1]))
             victim = next(n for n in nodes if n.port == slot_node.port)
             in_flight = sum(
@@ -132,42 +84,30 @@ def test_a_cluster_master_failover_loses_no_accepted_call(
             victim.stop(signal.SIGKILL)
             killed = time.monotonic()
             # (calls of the killed master's slots are accepted again once its replica took over)
-            while (
-                not any(
-                    at > killed
-                    and store.client.get_node_from_key(keys.record_key(key)).port != victim.port
-                    and store.client.keyslot(keys.record_key(key))
-                    == store.client.keyslot(keys.record_key(accepted[0][1]))
-                    for at, key in list(accepted)
-                )
-                or sum(1 for at, _ in list(accepted) if at > killed) < AFTER
+            while not any(
+                at > killed
+                and store.client.get_node_from_key(keys.record_key(key)).port != victim.port
+                and store.client.keyslot(keys.record_key(key)) == first_slot
+                for at, key in list(accepted)
             ):
-                assert time.monotonic() < give_up, (refused, log.read_text()[-2000:])
+                assert time.monotonic() < give_up, (load.refused, serving.log_tail(2000))
                 time.sleep(0.05)
-            stop.set()
-            loader.join(timeout=30)
-            same_slot = store.client.keyslot(keys.record_key(accepted[0][1]))
+            load.wait_accepted(AFTER, give_up, after=killed, log=serving.log)
+            load.stop()
             back = min(
                 at
                 for at, key in accepted
-                if at > killed and store.client.keyslot(keys.record_key(key)) == same_slot
+                if at > killed and store.client.keyslot(keys.record_key(key)) == first_slot
             )
             # Then every accepted call ends, READY or with a stable code, none lost
-            while True:
-                outcomes = [
-                    boundary.outcome(key.run_id, key.tool_call_id, timeout=0.05)
-                    for _, key in accepted
-                ]
-                if not any(o.pending for o in outcomes) or time.monotonic() > give_up:
-                    break
-                time.sleep(0.5)
+            outcomes = outcomes_once_ended(serving.boundary, [key for _, key in accepted], give_up)
             ends = Counter(o.error_code or o.status for o in outcomes)
             assert not any(o.pending for o in outcomes), ends
             assert set(ends) <= {InvocationStatus.READY, *STABLE}, ends
             # And the same worker serves on (no restart)
-            assert worker.poll() is None and worker.pid == pid, log.read_text()[-3000:]
+            assert serving.worker.poll() is None, serving.log_tail()
     print(
         f"cluster failover: {len(accepted)} accepted, {in_flight} PROJECTING at the kill, "
-        f"ends {dict(ends)}, submits refused {dict(refused)}, the killed master's slots "
+        f"ends {dict(ends)}, submits refused {dict(load.refused)}, the killed master's slots "
         f"accepted calls again {back - killed:.1f}s after the kill, worker restarts 0"
     )

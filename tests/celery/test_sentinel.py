@@ -7,7 +7,6 @@ again once the Sentinels promoted the replica."""
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,19 +15,9 @@ import pytest
 import redis
 from celery import Celery
 
-from boundary import (
-    CanonicalKey,
-    ErrorCode,
-    InvocationStatus,
-    RedisCanonicalStore,
-    ToolBoundary,
-    ToolCallEnvelope,
-)
-from tasks import CeleryDispatcher
-from tasks.app import create_app
-from tasks.runtime import get_runtime
+from boundary import ErrorCode, InvocationStatus, RedisCanonicalStore, ToolCallEnvelope
 from tests.celery.conftest import RUN
-from tests.celery.workers import celery_process, worker_args
+from tests.celery.failover import Load, outcomes_once_ended, served
 from tests.conftest import celery_test_settings
 from tests.sentinel_servers import sentinel_setup
 
@@ -36,8 +25,6 @@ from tests.sentinel_servers import sentinel_setup
 BEFORE = 40
 #: Calls accepted after the failover before the load stops.
 AFTER = 20
-#: Each call's tool run, seconds.
-TOOL_S = 0.3
 #: Bound of every wait, seconds (reached only when the test fails).
 GIVE_UP_S = 120.0
 #: The codes a call may end with when its Redis failed over under it.
@@ -67,91 +54,44 @@ def test_calls_survive_a_sentinel_failover_and_the_worker_stays_up(
         store = RedisCanonicalStore.from_url(
             settings.store_url, ttl_s=600, wait_replicas=wait_replicas
         )
-        boundary = ToolBoundary(
-            store=store,
-            registry=get_runtime().registry,
-            dispatcher=CeleryDispatcher(create_app(settings, name="tests_sentinel")),
-            max_pending_s=settings.max_pending_s,
-            reap_grace_s=settings.reap_grace_s,
-        )
-        log = tmp_path / "w.log"
-        args = (*worker_args("sentinel", concurrency=8), "-B", "-s", str(tmp_path / "beat"))
-        with celery_process(settings, *args, log=log) as worker:
-            pid = worker.pid
-            accepted: list[tuple[float, str]] = []
-            refused: Counter[ErrorCode | None] = Counter()
-            stop = threading.Event()
-
-            def load() -> None:
-                n = 0
-                while not stop.is_set():
-                    call_id = f"s{n}"
-                    n += 1
-                    envelope = ToolCallEnvelope(
-                        run_id=RUN.run_id,
-                        tool_call_id=call_id,
-                        tool_name="sleepy",
-                        arguments={"seconds": TOOL_S, "n": n},
-                    )
-                    submission = boundary.submit(envelope, RUN)
-                    if submission.accepted:
-                        accepted.append((time.monotonic(), call_id))
-                    else:
-                        assert submission.outcome is not None
-                        refused[submission.outcome.error_code] += 1
-                        time.sleep(0.05)
-                    time.sleep(0.02)
-
+        with served(settings, store, tmp_path, "sentinel") as serving:
+            load = Load(serving.boundary, run_of=lambda n: RUN, call_id=lambda n: f"s{n}")
             # Given calls running through the Sentinel-managed master
-            loader = threading.Thread(target=load, daemon=True)
-            loader.start()
+            load.start()
             give_up = time.monotonic() + GIVE_UP_S
-            while len(accepted) < BEFORE:
-                assert time.monotonic() < give_up, refused
-                time.sleep(0.05)
+            load.wait_accepted(BEFORE, give_up)
             in_flight = sum(
                 1
-                for _, call_id in list(accepted)
-                if (r := store.get(_key(call_id))) is not None
-                and r.status is InvocationStatus.PROJECTING
+                for _, key in list(load.accepted)
+                if (r := store.get(key)) is not None and r.status is InvocationStatus.PROJECTING
             )
             old_master = setup.master.port
             # When the master is killed
             setup.master.stop(signal.SIGKILL)
             killed = time.monotonic()
-            while sum(1 for at, _ in list(accepted) if at > killed) < AFTER:
-                assert time.monotonic() < give_up, (refused, log.read_text()[-2000:])
-                time.sleep(0.05)
-            stop.set()
-            loader.join(timeout=30)
-            first_after = min(at for at, _ in accepted if at > killed)
+            load.wait_accepted(AFTER, give_up, after=killed, log=serving.log)
+            load.stop()
+            first_after = min(at for at, _ in load.accepted if at > killed)
             assert setup.master_port() != old_master
             # Then every accepted call ends, READY or with a stable code
-            ids = [call_id for _, call_id in accepted]
-            while True:
-                outcomes = [boundary.outcome(RUN.run_id, i, timeout=0.05) for i in ids]
-                if not any(o.pending for o in outcomes) or time.monotonic() > give_up:
-                    break
-                time.sleep(0.5)
+            calls = [key for _, key in load.accepted]
+            outcomes = outcomes_once_ended(serving.boundary, calls, give_up)
             ends = Counter(o.error_code or o.status for o in outcomes)
             assert not any(o.pending for o in outcomes), ends
             assert set(ends) <= {InvocationStatus.READY, *STABLE}, ends
             # And the worker that ran them is still the one serving (no restart)
-            assert worker.poll() is None and worker.pid == pid, log.read_text()[-3000:]
+            assert serving.worker.poll() is None, serving.log_tail()
             after = ToolCallEnvelope(
                 run_id=RUN.run_id,
                 tool_call_id="after",
                 tool_name="lookup",
                 arguments={"query": "x"},
             )
-            assert boundary.invoke(after, RUN, timeout=60).status is InvocationStatus.READY
+            outcome = serving.boundary.invoke(after, RUN, timeout=60)
+            assert outcome.status is InvocationStatus.READY
     print(
-        f"sentinel failover, WAIT {wait_replicas}: {len(ids)} accepted, "
+        f"sentinel failover, WAIT {wait_replicas}: {len(calls)} accepted, "
         f"{in_flight} PROJECTING at the kill, "
-        f"ends {dict(ends)}, submits refused {dict(refused)}, new calls accepted again "
+        f"ends {dict(ends)}, submits refused {dict(load.refused)}, new calls accepted again "
         f"{first_after - killed:.1f}s after the kill, worker restarts 0"
     )
-
-
-def _key(call_id: str) -> CanonicalKey:
-    return CanonicalKey(run_id=RUN.run_id, tool_call_id=call_id)
