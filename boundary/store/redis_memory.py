@@ -13,9 +13,11 @@ never judged full here.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import redis
 import redis.asyncio as aredis
@@ -80,6 +82,10 @@ class MemoryWatermark:
         self._read_at: float | None = None
         self._near = False
         self._full = False
+        #: The asyncio reading in flight, per event loop: concurrent creates share it.
+        self._areads: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[Any]] = (
+            WeakKeyDictionary()
+        )
 
     def _stale(self) -> bool:
         return (
@@ -91,6 +97,12 @@ class MemoryWatermark:
         self._full = fraction is not None and fraction >= self.watermark
         self._near = fraction is not None and fraction >= self.watermark - NEAR_WATERMARK
         self._read_at = self._clock()
+
+    def _read_done(self, loop: asyncio.AbstractEventLoop, reading: asyncio.Task[Any]) -> None:
+        if self._areads.get(loop) is reading:
+            del self._areads[loop]
+        if not reading.cancelled():
+            reading.exception()  # retrieved: its waiters may all have been cancelled
 
     def check(self, client: redis.Redis | redis.cluster.RedisCluster) -> None:
         """Raises ``StoreFull`` past the watermark. A failed reading is not judged here (the
@@ -108,10 +120,20 @@ class MemoryWatermark:
             raise StoreFull()
 
     async def acheck(self, client: aredis.Redis) -> None:
-        """``check`` for an asyncio client."""
+        """``check`` for an asyncio client. The creates of one loop that find the reading
+        stale while one is in flight wait for that one (taken after they asked, or at most
+        one round trip before) instead of each sending its own: 200 calls started at once
+        send one ``INFO memory``, not 200."""
         if self._stale():
+            loop = asyncio.get_running_loop()
+            reading = self._areads.get(loop)
+            if reading is None:
+                reading = asyncio.ensure_future(client.info("memory"))
+                self._areads[loop] = reading
+                reading.add_done_callback(lambda done: self._read_done(loop, done))
             try:
-                reply = await client.info("memory")
+                # Shielded: a cancelled create does not cancel the others' reading.
+                reply = await asyncio.shield(reading)
             except (redis.RedisError, OSError):
                 return
             self._judge(reply)
