@@ -13,6 +13,7 @@ does not start (``ToolThreadsExhausted``) and the process is asked to stop takin
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import queue
@@ -78,11 +79,14 @@ def inline_host() -> InlineHost | None:
 class _Watch:
     """One in-line run under the watchdog."""
 
-    __slots__ = ("due", "host", "on_overdue", "outcome", "settled")
+    __slots__ = ("context", "due", "host", "on_overdue", "outcome", "settled")
 
     def __init__(self, due: float, on_overdue: Callable[[], Any], host: InlineHost) -> None:
         self.due = due
         self.on_overdue = on_overdue
+        #: The run's context (its trace, its call), for ``on_overdue`` on the watchdog's side:
+        #: a retry sent from there stays in the caller's trace.
+        self.context = contextvars.copy_context()
         self.host = host
         self.outcome: Any = None
         #: Made when the run is found overdue (set once its ``on_overdue`` returned).
@@ -348,7 +352,7 @@ class ToolThreads:
         with self._lock:
             self._overdue += 1
         try:
-            run.outcome = run.on_overdue()
+            run.outcome = run.context.run(run.on_overdue)
         except Exception as exc:
             # The run's step ends the call itself when it comes back (the reaper if never).
             logger.error("overdue run not ended by the watchdog: %s", type(exc).__name__)
