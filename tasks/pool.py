@@ -10,14 +10,21 @@ worker from ever exiting. This pool differs in those two points only:
 - its threads are daemon threads; a warm shutdown waits for the tasks that run, except the
   runs the watchdog already ended (their threads are left behind, as tool threads were);
 - when the watchdog ends an overdue run it calls ``replace()`` on the run's thread: the pool
-  starts one more thread, and raises the consumer's prefetch count by the same step Celery's
-  autoscaler uses when it grows a pool (``Consumer._update_prefetch_count``). With late acks
-  the overdue task's message stays unacknowledged (it is acked when the task returns), and
-  unacknowledged messages count against the prefetch count (kombu's virtual transports count
-  delivered minus acked in ``QoS.can_consume``; AMQP's ``basic.qos`` does the same on the
-  broker): without the raise, the consumer would hand the new thread no message. The consumer
-  applies the new count at its next loop turn (``qos.prev != qos.value``). When the overdue
-  run comes back, its thread retires (``retire()``) and the count is lowered again.
+  starts one more thread, and acknowledges the overdue task's message at once. With late acks
+  that message would stay unacknowledged until the tool returns, and unacknowledged messages
+  count against the consumer's prefetch count (kombu's virtual transports, Redis included,
+  count delivered minus acked in ``QoS.can_consume``; AMQP's ``basic.qos`` does the same on
+  the broker): the consumer would hand the new thread no message. The early ack loses
+  nothing late acks protect: the call is already sealed, or handed to its next attempt, so a
+  redelivery would find nothing to do. It also keeps a hung tool's message from coming back
+  after Redis's visibility timeout, and from tripping RabbitMQ's ``consumer_timeout`` (which
+  closes the channel, and sends back every unacknowledged message on it). The ack is the
+  task's own ``Request.acknowledge()`` (Celery passes the request's bound ``on_success`` as
+  the pool callback; Celery's threads pool acks from its pool threads the same way), a no-op
+  when the task returns later. A task whose request cannot be found so (none of ours) gets
+  the consumer's prefetch count raised by one instead, as Celery's autoscaler does when it
+  grows a pool (``Consumer._update_prefetch_count``), lowered again when it comes back. When
+  the overdue run comes back, its thread retires (``retire()``).
 
 How many runs may be overdue at once is bounded by ``TOOL_BOUNDARY_MAX_TOOL_THREADS`` (as tool
 threads were): past it a run does not start, its call is sent again, and the worker stops
@@ -52,6 +59,10 @@ class _Thread:
         self.replaced = False
         #: Stops after its current task.
         self.retiring = False
+        #: The Celery request of the task it runs (``None`` between tasks).
+        self.request: Any = None
+        #: The consumer's prefetch count was raised for it (its request could not be acked).
+        self.raised_prefetch = False
         self.thread = threading.Thread(
             target=pool._serve, args=(self,), name="tool-boundary-pool", daemon=True
         )
@@ -122,10 +133,12 @@ class InlineThreadPool(BasePool):  # type: ignore[misc]
                 future, target, args, kwargs, callback, accept_callback = item
                 if not future.set_running_or_notify_cancel():
                     continue
+                me.request = getattr(callback, "__self__", None)
                 try:
                     future.set_result(apply_target(target, args, kwargs, callback, accept_callback))
                 except BaseException as exc:
                     future.set_exception(exc)
+                me.request = None
                 del item, future, target, args, kwargs, callback, accept_callback
         finally:
             self._gone(me)
@@ -141,7 +154,9 @@ class InlineThreadPool(BasePool):  # type: ignore[misc]
                 return
             self.replacements += 1
             self._start()
-        self._prefetch_changed(+1)
+        if not _ack_early(thread.request):
+            thread.raised_prefetch = True
+            self._prefetch_changed(+1)
         logger.warning(
             "tool-boundary: a run past its time limit holds a pool thread; %d thread(s) "
             "started in place of such runs",
@@ -151,7 +166,7 @@ class InlineThreadPool(BasePool):  # type: ignore[misc]
     def _gone(self, thread: _Thread) -> None:
         with self._lock:
             self._threads.discard(thread)
-            back = thread.replaced and not self._stopping
+            back = thread.raised_prefetch and not self._stopping
             if back:
                 self.replacements -= 1
             self._lock.notify_all()
@@ -159,6 +174,7 @@ class InlineThreadPool(BasePool):  # type: ignore[misc]
             self._prefetch_changed(-1)
 
     def _prefetch_changed(self, step: int) -> None:
+        """Raises or lowers the consumer's prefetch count by ``step`` pool threads."""
         consumer = getattr(self.worker, "consumer", None)
         if consumer is None:
             return
@@ -195,3 +211,19 @@ class InlineThreadPool(BasePool):  # type: ignore[misc]
         info: dict[str, Any] = super()._get_info()
         info.update({"max-concurrency": self.limit, "threads": len(self._threads)})
         return info
+
+
+def _ack_early(request: Any) -> bool:
+    """Acknowledges an overdue late-ack task's message now (see the module); ``False`` when
+    that is not possible here."""
+    if request is None or not callable(getattr(request, "acknowledge", None)):
+        return False
+    task = getattr(request, "task", None)
+    if not getattr(task, "acks_late", False):
+        return True  # acknowledged when it started: it holds no prefetch slot
+    try:
+        request.acknowledge()
+    except Exception as exc:
+        logger.error("overdue task's message not acknowledged: %s", type(exc).__name__)
+        return False
+    return True

@@ -5,31 +5,50 @@ concurrency (the consumer is handed a message for it, though the hung task never
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from pathlib import Path
 
+import pytest
 import redis
 from celery import Celery
 
 from boundary import ErrorCode, InvocationStatus, ToolBoundary
+from tasks import CeleryDispatcher
+from tasks.app import create_app
+from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tests.celery.conftest import RUN
 from tests.celery.test_worker_loss import isolated, submit
 from tests.celery.workers import celery_process, worker_args
 from tests.celery_tools import CROWD_SIZE
+from tests.conftest import AMQP_URL, require_service
 
 __all__ = ["isolated"]  # the fixture, used by name
 
 HUNG = 2
 
 
+@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
 def test_hung_tools_are_sealed_on_time_and_their_threads_replaced(
-    isolated: tuple[Settings, Celery, ToolBoundary], redis_client: redis.Redis, tmp_path: Path
+    isolated: tuple[Settings, Celery, ToolBoundary],
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    broker: str,
 ) -> None:
     settings, _, boundary = isolated
+    if broker == "rabbitmq":
+        # The broker enforces the prefetch count itself (basic.qos), not kombu.
+        require_service("RabbitMQ", "127.0.0.1", 5672)
+        settings = settings.model_copy(update={"broker_url": AMQP_URL})
+        app = create_app(settings, name="tests_inline_amqp")
+        app.control.purge()
+        boundary = get_runtime().boundary(CeleryDispatcher(app))
     log = tmp_path / "w.log"
     with celery_process(
         settings, *worker_args("inline", pool="threads", concurrency=CROWD_SIZE), log=log
-    ):
+    ) as worker:
         # Given tools that hang for ten minutes on the worker's own pool threads
         for n in range(HUNG):
             submit(boundary, f"h{n}", "hang_unbounded", {})
@@ -46,5 +65,11 @@ def test_hung_tools_are_sealed_on_time_and_their_threads_replaced(
         assert sorted(o.result["first"] for o in crowd if o.result) == [
             f"crowd-{n}" for n in range(CROWD_SIZE)
         ], crowd
+        # And a warm shutdown does not wait for the hung tools (they hang ten minutes)
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the warm shutdown waits for the hung tools")
     text = log.read_text(errors="replace")
     assert f"{HUNG} thread(s) started in place of such runs" in text, text[-3000:]
