@@ -4,6 +4,7 @@ rather than each starting a thread of its own."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -121,4 +122,24 @@ def test_past_max_threads_overdue_runs_a_run_does_not_start_and_the_process_is_t
         assert threads.run(lambda _: "ok", None, 5, on_overdue=lambda: None) == "ok"
     finally:
         release.set()
+        run_inline_here(None)
+
+
+def test_in_line_runs_that_end_in_time_do_not_wake_the_watchdog_each() -> None:
+    threads = ToolThreads()
+    host = FakeHost()
+    run_inline_here(host)
+    try:
+        # Given a watchdog that has seen runs of a 30 s limit
+        for _ in range(3):
+            threads.run(lambda _: None, None, 30.0, on_overdue=lambda: None)
+        woken = threads.watchdog.wakes
+        # When 300 more such runs start and end in time, one after the other, each giving up
+        # the GIL (so the watchdog's thread could run between them if woken)
+        for _ in range(300):
+            threads.run(lambda _: time.sleep(0.001), None, 30.0, on_overdue=lambda: None)
+        # Then they woke the watchdog's thread at most a few times, not once each
+        assert threads.watchdog.wakes - woken <= 3
+        assert not host.replaced.is_set()
+    finally:
         run_inline_here(None)
