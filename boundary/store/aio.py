@@ -59,6 +59,8 @@ _SEAL = load_script("seal")
 DEFAULT_MAX_CONNECTIONS = 100
 #: Commands of one loop iteration sent in one pipeline at most.
 MAX_BATCH = 256
+#: Longest ``aclose`` waits for the pipelines in flight, seconds.
+CLOSE_TIMEOUT_S = 1.0
 
 
 class _Batcher:
@@ -95,6 +97,13 @@ class _Batcher:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    async def aclose(self) -> None:
+        """Sends what is queued and waits (``CLOSE_TIMEOUT_S`` at most) for the round trips
+        in flight, so closing the client fails none of them halfway."""
+        self._flush()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=CLOSE_TIMEOUT_S)
+
     async def _execute(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
         try:
             async with self._client.pipeline(transaction=False) as pipe:
@@ -103,7 +112,11 @@ class _Batcher:
                 replies = await pipe.execute(raise_on_error=False)
         except BaseException as error:
             for _, future in batch:
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(error, asyncio.CancelledError):
+                    future.cancel()
+                else:
                     future.set_exception(error)
             if not isinstance(error, Exception):
                 raise
@@ -282,4 +295,5 @@ class AsyncRedisStore:
 
     async def aclose(self) -> None:
         await self.notifier.aclose()
+        await self._batcher.aclose()
         await self.client.aclose()
