@@ -23,7 +23,7 @@ from boundary import (
 from boundary.telemetry.names import CALL_ID
 from tasks import CeleryDispatcher
 from tasks.app import EXECUTE, PROJECT, create_app
-from tests import otel
+from tests import celery_tools, otel
 from tests.celery.conftest import RUN
 from tests.celery_tools import SECRET, SECRET_URL, STACK
 from tests.conftest import celery_test_settings
@@ -290,6 +290,23 @@ def test_calls_are_counted_through_the_opentelemetry_metrics_api(
     after = [otel.count("tool_boundary.calls", **labels) for labels in (ready, failed, refused)]
     assert [a - b for a, b in zip(after, before, strict=True)] == [2, 1, 1]
     assert otel.count("gen_ai.execute_tool.duration", tool="lookup", code="") - executed_before == 2
+
+
+def test_a_call_the_watchdog_seals_is_counted_while_its_tool_still_hangs(
+    celery_boundary: ToolBoundary, spans: otel.InMemorySpanExporter
+) -> None:
+    timed_out = {"tool": "hang_unbounded", "status": "ERROR", "code": "TOOL_TIMEOUT"}
+    before = otel.count("tool_boundary.calls", **timed_out)
+    celery_tools.HANG.clear()
+    try:
+        # When a tool run in line hangs past its limit (sealed by the watchdog's thread)
+        outcome = call(celery_boundary, "counted-hung", "hang_unbounded", {})
+        assert outcome.error_code is not None and outcome.error_code.value == "TOOL_TIMEOUT"
+        spans_of(spans, "counted-hung", 1)  # the project step the watchdog sent has ended
+        # Then the seal is counted with its tool and code, as a seal on the task's thread is
+        assert otel.count("tool_boundary.calls", **timed_out) - before == 1
+    finally:
+        celery_tools.HANG.set()
 
 
 def test_asubmit_opens_one_submit_span_in_the_callers_trace(

@@ -3,6 +3,7 @@ rather than each starting a thread of its own."""
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 
@@ -143,3 +144,26 @@ def test_in_line_runs_that_end_in_time_do_not_wake_the_watchdog_each() -> None:
         assert not host.replaced.is_set()
     finally:
         run_inline_here(None)
+
+
+STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar("step", default=None)
+
+
+def test_the_watchdog_ends_an_overdue_run_in_the_context_the_run_started_in() -> None:
+    threads = ToolThreads()
+    host = FakeHost()
+    seen: list[str | None] = []
+    token = STEP.set("execute of call 1")  # as a task's telemetry span is, on its thread
+    run_inline_here(host)
+    try:
+        with pytest.raises(ToolOverdue):
+            threads.run(
+                lambda _: host.replaced.wait(30),
+                None,
+                0.05,
+                on_overdue=lambda: seen.append(STEP.get()),
+            )
+        assert seen == ["execute of call 1"]
+    finally:
+        run_inline_here(None)
+        STEP.reset(token)
