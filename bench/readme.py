@@ -458,6 +458,11 @@ def _stall_levels(b7: dict[str, Any]) -> list[dict[str, Any]]:
     return list(stalls["levels"]) if stalls else [b7["stall"]]
 
 
+def _per_call_cell(stall: dict[str, Any]) -> str:
+    per_call = stall.get("loop_cpu_ms_per_call")
+    return "-" if per_call is None else _num(per_call)
+
+
 def _resource_cell(stall: dict[str, Any]) -> str:
     got = stall.get("resources")
     if not got:
@@ -481,6 +486,7 @@ def b7_stalls_table(runs: list[Run]) -> str:
         "tick lateness p50 / p99 / worst, ms",
         "longest loop step, ms CPU",
         "loop CPU per tick, worst, ms",
+        "loop CPU per call, ms",
         "peak memory and connections",
     )
     repeats = []
@@ -491,7 +497,7 @@ def b7_stalls_table(runs: list[Run]) -> str:
                 f"| `{run.path}` | {stall['calls']} | {_num(late['p50_ms'])} / "
                 f"{_num(late['p99_ms'])} / **{_num(late['max_ms'])}** | "
                 f"{_num(stall['longest_step_cpu_ms'])} | {_num(stall['tick_cpu']['max_ms'])} | "
-                f"{_resource_cell(stall)} |"
+                f"{_per_call_cell(stall)} | {_resource_cell(stall)} |"
             )
         if b7.get("stalls"):
             repeats.append((run, b7["stalls"]["repeat"]))

@@ -128,6 +128,8 @@ def _b7_figures(b7: dict[str, Any]) -> dict[str, Any]:
                 out[f"{prefix}_tick_lateness_{name}"] = value
             out[f"{prefix}_longest_step_cpu_ms"] = level["longest_step_cpu_ms"]
             out[f"{prefix}_tick_cpu_max_ms"] = level["tick_cpu"]["max_ms"]
+            if "loop_cpu_ms_per_call" in level:
+                out[f"{prefix}_loop_cpu_ms_per_call"] = level["loop_cpu_ms_per_call"]
             for name, value in level.get("resources", {}).items():
                 if isinstance(value, int | float) and name != "sample_s":
                     out[f"{prefix}_{name}"] = value

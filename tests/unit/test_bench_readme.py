@@ -68,6 +68,8 @@ def _stall(calls: int, worst_ms: float, resources: dict[str, object] | None = No
         "steps": 900,
         "tick_cpu": {"p50_ms": 0.1, "p99_ms": 2.0, "max_ms": worst_ms - 1},
     }
+    if calls != 500:  # a run from before the levels has no loop CPU per call
+        stall["loop_cpu_ms_per_call"] = 1.25
     if resources is not None:
         stall["resources"] = resources
     return stall
@@ -115,10 +117,10 @@ def test_the_b7_tables_render_runs_from_before_and_after_the_stall_levels(
 
     # Then the old run shows its one stall, the new one each level, with memory and
     # connections at 1,000 and the repeated runs counted against the bound
-    assert "| `results/run1.json` | 500 | 0.2 / 4 / **208** |" in stalls
+    assert "| `results/run1.json` | 500 | 0.2 / 4 / **208** | 1.5 | 207 | - | - |" in stalls
     for calls, worst in ((60, "25.0"), (200, "33.0"), (1000, "81.0")):
         assert f"| `results/run2.json` | {calls} | 0.2 / 4 / **{worst}** |" in stalls
-    assert "RSS +11.5 MiB, 131 sockets, 186 Redis clients" in stalls
+    assert "| 1.25 | RSS +11.5 MiB, 131 sockets, 186 Redis clients |" in stalls
     assert "**2 of 3** under 50 ms | 20.0, 61.0, 30.0 |" in stalls
     # And the older table still reads both (the new run's largest level as its stall)
     assert "| `results/run1.json` | 500 |" in older
@@ -140,6 +142,7 @@ def test_the_b7_figures_and_targets_come_from_the_stall_levels() -> None:
     assert figs["b7_200_tick_lateness_max_ms"] == 33.0
     assert figs["b7_1000_rss_peak_growth_mib"] == 11.5
     assert figs["b7_1000_sockets_peak"] == 131
+    assert figs["b7_200_loop_cpu_ms_per_call"] == 1.25
     assert figs["b7_60_runs_under_50_ms"] == 2
     assert figs["b7_60_runs_worst_ms"] == 61.0
     # And the targets are judged: 33 ms is not under 20, 2 runs are not 10 of 10
