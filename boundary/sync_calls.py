@@ -36,6 +36,7 @@ from boundary.models import (
     is_safe_id,
 )
 from boundary.store.base import WriteStatus
+from boundary.store.seal_wait import SyncSealWatch
 
 logger = logging.getLogger(__name__)
 
@@ -86,12 +87,39 @@ def invoke(
 ) -> ToolOutcome:
     """``ToolBoundary.invoke``: ``submit`` then wait, ``timeout`` bounding both."""
     give_up = give_up_at(timeout)
-    submission = submit(terms, envelope, run, replay=replay)
-    if submission.outcome is not None:
-        return submission.outcome
-    assert submission.key is not None
-    # Just dispatched: wait first, then read. A replayed call may be sealed long ago.
-    return await_outcome(terms, submission.key, give_up, read_first=submission.replayed)
+    run_id, call_id = ids = (envelope.run_id, envelope.tool_call_id)
+    watch = _seal_watch(terms, key_of(run_id, call_id) if run_id and call_id else None)
+    if watch is None:
+        submission = submit(terms, envelope, run, replay=replay)
+        if submission.outcome is not None:
+            return submission.outcome
+        assert submission.key is not None
+        # Just dispatched: wait first, then read. A replayed call may be sealed long ago.
+        return await_outcome(terms, submission.key, give_up, read_first=submission.replayed)
+    with watch:
+        # Subscribed before the record exists: its seal cannot come before the
+        # subscription, so no read is needed before the first wait.
+        left = time_left(give_up)
+        confirmed = watch.attach(terms.poll_s if left is None else min(left, terms.poll_s))
+        submission = submit(terms, envelope, run, replay=replay)
+        if submission.outcome is not None:
+            return submission.outcome
+        assert submission.key is not None
+        if (submission.key.run_id, submission.key.tool_call_id) != ids:
+            return await_outcome(terms, submission.key, give_up, read_first=submission.replayed)
+        return await_seal(
+            terms, submission.key, give_up, watch, read_first=submission.replayed or not confirmed
+        )
+
+
+def _seal_watch(terms: CallTerms, key: CanonicalKey | None) -> SyncSealWatch | None:
+    """A watch on the call's seal when the dispatcher's wait would watch it anyway (its
+    ``waits_on_seal``) and the store can (``watch_seal``); else ``None``."""
+    watch_seal = getattr(terms.store, "watch_seal", None)
+    if key is None or watch_seal is None or not getattr(terms.dispatcher, "waits_on_seal", False):
+        return None
+    watch: SyncSealWatch | None = watch_seal(key)
+    return watch
 
 
 def outcome(terms: CallTerms, run_id: str, tool_call_id: str, timeout: float | None) -> ToolOutcome:
@@ -114,6 +142,26 @@ def await_outcome(
     is a stale one (of an expired record with the same ids) and is ignored. The last read
     comes after the last slice, so a wait that runs out still returns the real state.
     """
+    watch = _seal_watch(terms, key)
+    if watch is not None:
+        # The dispatcher's own wait would watch the record's seal: watch it here and save
+        # the reads around that wait.
+        with watch:
+            if watch.join_subscribed():
+                # The run's channel is subscribed already (no round trip): read after it.
+                return await_seal(terms, key, give_up, watch, read_first=True)
+            if read_first:
+                # Read before subscribing: a call sealed already costs no subscription.
+                try:
+                    record = terms.store.get(key, with_raw=False)
+                except StoreError:
+                    return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+                done = settled(key, record)
+                if done is not None:
+                    return done
+            left = time_left(give_up)
+            watch.attach(terms.poll_s if left is None else min(left, terms.poll_s))
+            return await_seal(terms, key, give_up, watch, read_first=True)
     # Set once the dispatcher's wait is of no use: only the record is polled from then on.
     poll_only = False
     read = read_first
@@ -148,6 +196,41 @@ def await_outcome(
             # The dispatcher cannot wait (it knows nothing of this call): poll the record
             # every slice rather than spin on it.
             poll_only = True
+
+
+def await_seal(
+    terms: CallTerms,
+    key: CanonicalKey,
+    give_up: float | None,
+    watch: SyncSealWatch,
+    *,
+    read_first: bool,
+) -> ToolOutcome:
+    """Waits on the record's seal notification until the monotonic time ``give_up``, with
+    ``watch`` attached (subscribed, confirmed): reads the record (unless ``read_first`` is
+    false: the subscription was confirmed before the record existed), then waits for a
+    message naming the call, reading the record again on one and at least every ``poll_s``
+    (a missed wake-up costs one slice, never a hang). The last read comes after the time
+    is up, so a wait that runs out returns the real state."""
+    read = read_first
+    while True:
+        if read:
+            try:
+                record = terms.store.get(key, with_raw=False)
+            except StoreError:
+                return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+            done = settled(key, record)
+            if done is not None:
+                return done
+            assert record is not None
+        left = time_left(give_up)
+        if left is not None and left <= 0:
+            if read:
+                return ToolOutcome.running(key.tool_call_id, CallProgress.of(record))
+            read = True  # out of time before the first read: read once
+            continue
+        read = True
+        watch.wait(terms.poll_s if left is None else min(left, terms.poll_s))
 
 
 def observe(terms: CallTerms, run_id: str) -> ObservedFacts:

@@ -73,6 +73,12 @@ class CeleryDispatcher:
         #: Publishes the async calls' sends from one thread (started on first use).
         self.publish_thread = PublishThread()
 
+    @property
+    def waits_on_seal(self) -> bool:
+        """True when ``wait`` watches the record's seal (our apps' backend): a caller with
+        the store at hand may watch it itself (``boundary.sync_calls.await_seal``)."""
+        return isinstance(self.app.backend, RecordResults)
+
     def dispatch(self, key: CanonicalKey) -> None:
         """Sends the call's first attempt to the ``tools`` queue (``send_attempt``)."""
         self.send_attempt(key, attempt=1, queue=TOOLS_QUEUE)

@@ -106,6 +106,22 @@ class SyncSealNotifier:
                 self._reader.start()
             return state
 
+    def _join(self, channel: str, tool_call_id: str, event: threading.Event) -> _Channel | None:
+        """``_acquire`` of a channel already confirmed on a live connection, else ``None``."""
+        with self._lock:
+            state = self._channels.get(channel)
+            if (
+                self._pid != os.getpid()
+                or self._conn is None
+                or state is None
+                or not state.confirmed.is_set()
+            ):
+                return None
+            state.users += 1
+            state.idle_since = None
+            state.waiters.setdefault(tool_call_id, set()).add(event)
+            return state
+
     def _release(
         self, channel: str, state: _Channel, tool_call_id: str, event: threading.Event
     ) -> None:
@@ -227,6 +243,17 @@ class SyncSealWatch:
         state = self._notifier._acquire(self._channel, self._call, self._event)
         self._state = state
         return state.confirmed.wait(timeout)
+
+    def join_subscribed(self) -> bool:
+        """Joins the channel's subscription when Redis has already confirmed it (a waiter on
+        the run is there, or it lingers): no round trip. False, and nothing done, else."""
+        self._detach()
+        self._event.clear()
+        self._attached_at = time.monotonic()
+        self._generation = self._notifier.generation
+        state = self._notifier._join(self._channel, self._call, self._event)
+        self._state = state
+        return state is not None
 
     def wait(self, timeout: float | None) -> bool:
         """Waits up to ``timeout`` seconds for the call's seal message. True when woken (a

@@ -11,13 +11,20 @@ import pytest
 import redis
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from boundary import ErrorCode, EvidenceStatus, RedisCanonicalStore
+from boundary import (
+    CanonicalKey,
+    ErrorCode,
+    EvidenceStatus,
+    RedisCanonicalStore,
+    ToolBoundary,
+    ToolRegistry,
+)
 from boundary.store import keys
 from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier
 from tasks.app import create_app
 from tasks.failures import ToolCallFailed
 from tests.conftest import celery_test_settings
-from tests.helpers import create_projecting
+from tests.helpers import create_projecting, envelope, make_run, register
 
 #: Long enough never to be reached in a passing test.
 LONG_S = 30.0
@@ -161,3 +168,56 @@ def test_async_result_of_a_project_task_reads_the_record(
     assert failure.result.args == (ErrorCode.TOOL_TIMEOUT.value,)
     with pytest.raises(ToolCallFailed):
         failure.get(timeout=LONG_S)
+
+
+class _SealWaiting:
+    """A dispatcher that says it waits on the record's seal and never answers itself."""
+
+    waits_on_seal = True
+
+    def dispatch(self, key: CanonicalKey) -> None:
+        raise AssertionError("not dispatched in this test")
+
+    def wait(self, key: CanonicalKey, timeout: float | None) -> None:
+        raise AssertionError("the boundary watches the seal itself")
+
+
+def test_outcome_watches_the_seal_itself_when_the_dispatcher_would(
+    store: RedisCanonicalStore, registry: ToolRegistry
+) -> None:
+    boundary = ToolBoundary(store=store, registry=registry, dispatcher=_SealWaiting())
+    key = create_projecting(store, "c1")
+    # A wait that runs out returns the real state: still PROJECTING
+    assert boundary.outcome(key.run_id, key.tool_call_id, timeout=0.1).pending
+    # Sealed while waited on: woken, the record's outcome
+    threading.Timer(0.2, _ready, args=(store, key)).start()
+    outcome = boundary.outcome(key.run_id, key.tool_call_id, timeout=LONG_S)
+    assert outcome.status.value == "READY" and outcome.tool_call_id == "c1"
+    # Unknown ids: RECORD_NOT_FOUND, not a wait
+    assert boundary.outcome(key.run_id, "nope", timeout=LONG_S).error_code is (
+        ErrorCode.RECORD_NOT_FOUND
+    )
+
+
+def test_invoke_watches_the_seal_from_before_the_call_exists(
+    store: RedisCanonicalStore, registry: ToolRegistry
+) -> None:
+    # Given a boundary whose dispatcher seals each call from another thread once dispatched
+    sealed: list[CanonicalKey] = []
+
+    class Sealing(_SealWaiting):
+        def dispatch(self, key: CanonicalKey) -> None:
+            sealed.append(key)
+            threading.Timer(0.1, _ready, args=(store, key)).start()
+
+    register(registry)
+    boundary = ToolBoundary(store=store, registry=registry, dispatcher=Sealing())
+    run = make_run()
+    # When calls are invoked one after another on one run
+    outcomes = [boundary.invoke(envelope(f"i{n}"), run, timeout=LONG_S) for n in range(3)]
+    # Then each is woken by its seal and answers the record's outcome
+    assert [o.status.value for o in outcomes] == ["READY"] * 3
+    assert [k.tool_call_id for k in sealed] == ["i0", "i1", "i2"]
+    # And a call refused at preflight leaves no watch behind
+    refused = boundary.invoke(envelope("bad", tool_name="nope"), run, timeout=LONG_S)
+    assert refused.is_error
