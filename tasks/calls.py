@@ -25,6 +25,7 @@ from boundary.steps import (
     ExecuteResult,
     execute_step,
     limit_tool_threads,
+    outcome_from_record,
     project_step,
 )
 from boundary.tool_threads import on_tool_threads_exhausted
@@ -96,8 +97,9 @@ def attempt_terms() -> AttemptTerms:
 
 def _project_now(key: CanonicalKey) -> None:
     """The watchdog sealed a call whose step still runs in line: its project step goes out
-    now (under its usual task id), so its waiters and Flower see the end on time."""
-    send_projection(key)
+    now (under its usual task id), so its waiters and Flower see the end on time. It only
+    reports the seal: it may run after the record is gone and its ids taken again."""
+    send_projection(key, report=True)
 
 
 @app.task(
@@ -153,16 +155,24 @@ def execute_tool(task: Any, run_id: str, tool_call_id: str, attempt: int = 1) ->
     # task's AsyncResult from it (``tasks.results``). No STARTED write either.
     ignore_result=True,
 )
-def project_result(run_id: str, tool_call_id: str, attempt: int = 0) -> dict[str, Any]:
+def project_result(
+    run_id: str, tool_call_id: str, attempt: int = 0, report: bool = False
+) -> dict[str, Any]:
     """Projects the raw response, seals the record; returns the bounded outcome (what the
     ``task-succeeded`` event and Flower show; nothing stores it).
 
     An ERROR outcome ends the task in FAILURE with ``ToolCallFailed(<code>)`` and no
     traceback (see ``tasks.failures``), so monitoring lists it among the failed tasks.
+
+    With ``report`` (sent by the watchdog for a call it sealed while its step still runs) it
+    only reports the sealed outcome and never seals: a record found PROJECTING is another
+    call's under the same ids, or the call's next attempt, and is left alone.
     """
     key = _key(run_id, tool_call_id)
     if key is None:
         raise ToolCallFailed(ErrorCode.RECORD_NOT_FOUND.value)
+    if report:
+        return _report_sealed(key)
     try:
         runtime = get_runtime()
         timeout_s = runtime.settings.projection_timeout_s
@@ -187,17 +197,40 @@ def project_result(run_id: str, tool_call_id: str, attempt: int = 0) -> dict[str
     return outcome.model_dump(mode="json")
 
 
-def send_projection(key: CanonicalKey, *, attempt: int = 0, countdown: float = 0) -> None:
-    """Sends a call's project step (again), under its usual task id so its waiters wake."""
+def _report_sealed(key: CanonicalKey) -> dict[str, Any]:
+    """The project step of a call the watchdog sealed: reports the record's outcome."""
+    try:
+        record = retrying(lambda: get_runtime().store.get(key, with_raw=False))
+    except Exception as exc:
+        logger.error("project %s failed: %s", key.identity, type(exc).__name__)
+        return {}
+    if record is None:
+        raise ToolCallFailed(ErrorCode.RECORD_NOT_FOUND.value)
+    outcome = outcome_from_record(record)
+    if outcome is None:
+        return {}  # not this seal's record: left to its own steps
+    if outcome.error_code is not None:
+        raise ToolCallFailed(outcome.error_code.value)
+    return outcome.model_dump(mode="json")
+
+
+def send_projection(
+    key: CanonicalKey, *, attempt: int = 0, countdown: float = 0, report: bool = False
+) -> None:
+    """Sends a call's project step (again), under its usual task id so its waiters wake;
+    ``report``: one that only reports the call's sealed outcome."""
     ids = (key.run_id, key.tool_call_id)
+    kwargs: dict[str, Any] = {"attempt": attempt} if attempt else {}
+    if report:
+        kwargs["report"] = True
     project_result.apply_async(
         args=ids,
-        kwargs={"attempt": attempt} if attempt else {},
+        kwargs=kwargs,
         task_id=key.task_id("project"),
         queue=PROJECTIONS_QUEUE,
         countdown=countdown or None,
         argsrepr=repr(ids),
-        kwargsrepr=repr({"attempt": attempt}) if attempt else "{}",
+        kwargsrepr=repr(kwargs),
     )
 
 

@@ -14,9 +14,11 @@ import pytest
 import redis
 from celery import Celery
 
-from boundary import ErrorCode, InvocationStatus, ToolBoundary
+from boundary import CanonicalKey, ErrorCode, InvocationStatus, ToolBoundary
 from tasks import CeleryDispatcher
 from tasks.app import create_app
+from tasks.calls import project_result
+from tasks.failures import ToolCallFailed
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tests.celery.conftest import RUN
@@ -24,6 +26,7 @@ from tests.celery.test_worker_loss import isolated, submit
 from tests.celery.workers import celery_process, worker_args
 from tests.celery_tools import CROWD_SIZE
 from tests.conftest import AMQP_URL, require_service
+from tests.helpers import create_terms
 
 __all__ = ["isolated"]  # the fixture, used by name
 
@@ -73,3 +76,22 @@ def test_hung_tools_are_sealed_on_time_and_their_threads_replaced(
             pytest.fail("the warm shutdown waits for the hung tools")
     text = log.read_text(errors="replace")
     assert f"{HUNG} thread(s) started in place of such runs" in text, text[-3000:]
+
+
+def test_the_project_step_the_watchdog_sends_only_reports_and_never_seals(
+    redis_client: redis.Redis,
+) -> None:
+    # Given a PROJECTING record with no raw response (another call under the ids of one the
+    # watchdog sealed, after the store forgot that one; or the call's next attempt)
+    store = get_runtime().store
+    key = CanonicalKey(run_id=RUN.run_id, tool_call_id="reported")
+    store.create(key, **create_terms(tool_name="lookup"))
+    # When the report-only project step runs for those ids
+    assert project_result(key.run_id, key.tool_call_id, report=True) == {}
+    # Then it left the record alone (an ordinary project step would seal it ERROR)
+    record = store.get(key)
+    assert record is not None and record.status is InvocationStatus.PROJECTING
+    with pytest.raises(ToolCallFailed):
+        project_result(key.run_id, key.tool_call_id)
+    record = store.get(key)
+    assert record is not None and record.status is InvocationStatus.ERROR
