@@ -186,7 +186,7 @@ def fuzz_boundary(redis_client: redis.Redis) -> tuple[ToolBoundary, ReturnsRaw]:
 
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("TB_FUZZ_EXAMPLES", "10000")),
+    max_examples=int(os.environ.get("TB_FUZZ_EXAMPLES", "4000")),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
