@@ -27,6 +27,7 @@ from boundary.errors import ErrorCode, StoreError
 from boundary.models import (
     CallProgress,
     CanonicalKey,
+    CanonicalRecord,
     InvocationStatus,
     ObservedFacts,
     RunContext,
@@ -167,14 +168,10 @@ def await_outcome(
     read = read_first
     while True:
         if read:
-            try:
-                record = terms.store.get(key, with_raw=False)
-            except StoreError:
-                return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
-            done = settled(key, record)
-            if done is not None:
-                return done
-            assert record is not None
+            state = _read(terms, key)
+            if isinstance(state, ToolOutcome):
+                return state
+            record = state
         left = time_left(give_up)
         if left is not None and left <= 0:
             if read:
@@ -198,6 +195,20 @@ def await_outcome(
             poll_only = True
 
 
+def _read(terms: CallTerms, key: CanonicalKey) -> ToolOutcome | CanonicalRecord:
+    """The call's outcome when its record decides it (sealed, missing, or the store
+    unreachable); else its PROJECTING record."""
+    try:
+        record = terms.store.get(key, with_raw=False)
+    except StoreError:
+        return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+    done = settled(key, record)
+    if done is not None:
+        return done
+    assert record is not None
+    return record
+
+
 def await_seal(
     terms: CallTerms,
     key: CanonicalKey,
@@ -215,14 +226,10 @@ def await_seal(
     read = read_first
     while True:
         if read:
-            try:
-                record = terms.store.get(key, with_raw=False)
-            except StoreError:
-                return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
-            done = settled(key, record)
-            if done is not None:
-                return done
-            assert record is not None
+            state = _read(terms, key)
+            if isinstance(state, ToolOutcome):
+                return state
+            record = state
         left = time_left(give_up)
         if left is not None and left <= 0:
             if read:
