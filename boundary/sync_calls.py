@@ -101,7 +101,7 @@ def invoke(
         # Subscribed before the record exists: its seal cannot come before the
         # subscription, so no read is needed before the first wait.
         left = time_left(give_up)
-        confirmed = watch.attach(terms.poll_s if left is None else min(left, terms.poll_s))
+        confirmed = watch.attach(_slice(terms, left))
         submission = submit(terms, envelope, run, replay=replay)
         if submission.outcome is not None:
             return submission.outcome
@@ -153,15 +153,11 @@ def await_outcome(
                 return await_seal(terms, key, give_up, watch, read_first=True)
             if read_first:
                 # Read before subscribing: a call sealed already costs no subscription.
-                try:
-                    record = terms.store.get(key, with_raw=False)
-                except StoreError:
-                    return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
-                done = settled(key, record)
-                if done is not None:
-                    return done
+                state = _read(terms, key)
+                if isinstance(state, ToolOutcome):
+                    return state
             left = time_left(give_up)
-            watch.attach(terms.poll_s if left is None else min(left, terms.poll_s))
+            watch.attach(_slice(terms, left))
             return await_seal(terms, key, give_up, watch, read_first=True)
     # Set once the dispatcher's wait is of no use: only the record is polled from then on.
     poll_only = False
@@ -180,7 +176,7 @@ def await_outcome(
             read = True
             continue
         read = True
-        slice_s = terms.poll_s if left is None else min(left, terms.poll_s)
+        slice_s = _slice(terms, left)
         if poll_only:
             time.sleep(slice_s)
             continue  # back to reading the record
@@ -193,6 +189,11 @@ def await_outcome(
             # The dispatcher cannot wait (it knows nothing of this call): poll the record
             # every slice rather than spin on it.
             poll_only = True
+
+
+def _slice(terms: CallTerms, left: float | None) -> float:
+    """One wait's length: ``poll_s``, or less when less time is ``left``."""
+    return terms.poll_s if left is None else min(left, terms.poll_s)
 
 
 def _read(terms: CallTerms, key: CanonicalKey) -> ToolOutcome | CanonicalRecord:
@@ -237,7 +238,7 @@ def await_seal(
             read = True  # out of time before the first read: read once
             continue
         read = True
-        watch.wait(terms.poll_s if left is None else min(left, terms.poll_s))
+        watch.wait(_slice(terms, left))
 
 
 def observe(terms: CallTerms, run_id: str) -> ObservedFacts:
