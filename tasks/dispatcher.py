@@ -12,7 +12,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.failures import ToolCallFailed
-from tasks.publisher import PublishThread, publisher_app
+from tasks.publisher import PublishThread, SentEvents, publisher_app
 from tasks.results import RecordResults
 
 #: Longest step between two looks at a result on a backend that does not push results.
@@ -72,6 +72,8 @@ class CeleryDispatcher:
         self.publisher = publisher_app(app)
         #: Publishes the async calls' sends from one thread (started on first use).
         self.publish_thread = PublishThread()
+        #: Publishes the sends' task-sent events behind them (off the caller's path).
+        self.sent_events = SentEvents(self.publisher)
 
     @property
     def waits_on_seal(self) -> bool:
@@ -159,6 +161,7 @@ class CeleryDispatcher:
                 ignore_result=True,
                 chain=[project],
                 headers=headers or None,
+                event_dispatcher=self.sent_events,
             )
         except Exception:
             # kombu's errors name the broker URL: none of it goes further.

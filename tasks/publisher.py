@@ -10,8 +10,12 @@ Redis answer must not make a busy worker drop its broker connection).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import logging
+import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +25,8 @@ from urllib.parse import urlsplit
 from celery import Celery
 
 from tasks.broker_transport import SafeAckChannel, SafeAckTransport
+
+logger = logging.getLogger(__name__)
 
 #: Attempts of one publish (the first and ``task_publish_retry_policy``'s retries) share the
 #: publish timeout between them.
@@ -197,3 +203,92 @@ def _settle(settled: list[_Done]) -> None:
             future.set_result(None)
         else:
             future.set_exception(error)
+
+
+#: task-sent events a ``SentEvents`` holds at most; past it an event is published on the
+#: sending thread, as Celery would (none is dropped for want of room).
+MAX_EVENTS_QUEUED = 10_000
+#: Seconds the interpreter's exit waits for queued task-sent events to be published.
+EXIT_FLUSH_S = 2.0
+
+
+class SentEvents:
+    """Publishes the ``task-sent`` events of a dispatcher's sends behind them.
+
+    Celery publishes a send's ``task-sent`` event (Flower's SENT state) on the sending thread
+    right after the task message: a second broker round trip on every caller's path, and a
+    failure there raised to a caller whose task was already sent. Given to ``send_task`` as
+    its ``event_dispatcher``, this object takes the event as Celery built it (queue, exchange
+    and routing key included), stamps the send's time on it, and one daemon thread publishes
+    the queued events in batches on the app's producer pool. The caller's send returns after
+    the task message alone.
+
+    What it costs: a worker's ``task-received`` can reach Flower before ``task-sent`` (Celery's
+    event state merges a late ``task-sent`` without moving the task's state back), and events
+    still queued when the process is killed are lost (a normal exit waits up to
+    ``EXIT_FLUSH_S`` for them). An event that cannot be published after the publish retry
+    policy is dropped with a warning: it is monitoring, the task was sent.
+    """
+
+    def __init__(self, app: Celery, max_queued: int = MAX_EVENTS_QUEUED) -> None:
+        self.app = app
+        self._max_queued = max_queued
+        self._queue: deque[tuple[str, dict[str, Any]]] = deque()
+        self._ready = threading.Condition()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._dispatcher: Any = None
+
+    def publish(self, type: str, fields: dict[str, Any], producer: Any, **options: Any) -> None:
+        """Celery's ``EventDispatcher.publish`` signature: queues the event (published on
+        ``producer``, the sending thread's, only when the queue is full)."""
+        fields = dict(fields, timestamp=time.time())
+        with self._ready:
+            if len(self._queue) < self._max_queued:
+                self._queue.append((type, fields))
+                self._idle.clear()
+                self._start()
+                self._ready.notify()
+                return
+        self._events().publish(type, fields, producer, **options)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Waits until every queued event was published (True) or ``timeout`` passed."""
+        return self._idle.wait(timeout)
+
+    def _events(self) -> Any:
+        if self._dispatcher is None:
+            # Disabled: it publishes only on the producer it is handed (as Celery's own). No
+            # buffer: an event it could not publish is raised here, not kept for ever.
+            self._dispatcher = self.app.events.Dispatcher(enabled=False, buffer_while_offline=False)
+        return self._dispatcher
+
+    def _start(self) -> None:
+        # A forked child inherits the queue's object but not the thread: start its own.
+        if self._thread is not None and self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="tb-sent-events", daemon=True)
+        self._thread.start()
+        atexit.register(self.flush, EXIT_FLUSH_S)
+
+    def _run(self) -> None:
+        policy = self.app.conf.task_publish_retry_policy
+        while True:
+            with self._ready:
+                while not self._queue:
+                    self._idle.set()
+                    self._ready.wait()
+                batch = list(self._queue)
+                self._queue.clear()
+            try:
+                with self.app.producer_or_acquire() as producer:
+                    for type, fields in batch:
+                        self._events().publish(
+                            type, fields, producer, retry=True, retry_policy=policy
+                        )
+            except Exception:
+                # The exception's text may name the broker URL: none of it is logged.
+                logger.warning("%d task-sent event(s) could not be published", len(batch))

@@ -1,0 +1,145 @@
+"""``SentEvents``: a send's task-sent event published behind it, from a thread of its own;
+none dropped for want of room, a failure there never raised to the sender."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.events.state import State
+
+from tasks.publisher import SentEvents
+
+
+class Producer:
+    """Records what is published on it; ``hold`` keeps a publish waiting."""
+
+    def __init__(self) -> None:
+        self.published: list[dict[str, Any]] = []
+        self.threads: set[int] = set()
+        self.hold = threading.Event()
+        self.hold.set()
+        self.fail = False
+
+    def publish(self, body: dict[str, Any], **options: Any) -> None:
+        self.hold.wait(10)
+        if self.fail:
+            raise ConnectionError("redis://:secret@10.0.0.5:6379/0 refused")
+        self.threads.add(threading.get_ident())
+        self.published.append(body)
+
+
+def _events(producer: Producer, max_queued: int = 100) -> SentEvents:
+    app = Celery("tb-test-sent-events", broker="memory://", set_as_current=False)
+
+    @contextmanager
+    def acquire(producer_: Any = None) -> Iterator[Producer]:
+        yield producer
+
+    app.producer_or_acquire = acquire  # type: ignore[method-assign]
+    return SentEvents(app, max_queued=max_queued)
+
+
+FIELDS = {"uuid": "r:c:execute", "name": "boundary.execute", "queue": "tools"}
+
+
+def test_the_sender_returns_before_its_event_is_published_and_flush_waits_for_it() -> None:
+    # Given a producer that holds every publish
+    producer = Producer()
+    producer.hold.clear()
+    events = _events(producer)
+
+    # When a send hands its task-sent event over
+    before = time.time()
+    events.publish("task-sent", FIELDS, producer=None, retry=True)
+
+    # Then the sender got control back with the event still unpublished, stamped with the
+    # send's time, and a flush waits until the thread published it
+    assert producer.published == []
+    assert not events.flush(0.05)
+    producer.hold.set()
+    assert events.flush(10)
+    [event] = producer.published
+    assert event["type"] == "task-sent" and event["uuid"] == "r:c:execute"
+    assert event["queue"] == "tools" and event["name"] == "boundary.execute"
+    assert before <= event["timestamp"] <= time.time()
+    assert producer.threads and threading.get_ident() not in producer.threads
+
+
+def test_a_full_queue_publishes_on_the_sender_s_producer_rather_than_drop_the_event() -> None:
+    # Given an event queue holding none
+    queued = Producer()
+    events = _events(queued, max_queued=0)
+    own = Producer()
+
+    # When a send hands its event over
+    events.publish("task-sent", FIELDS, producer=own)
+
+    # Then it was published at once, on the sender's own producer and thread
+    assert [e["uuid"] for e in own.published] == ["r:c:execute"]
+    assert own.threads == {threading.get_ident()} and queued.published == []
+
+
+def test_an_event_that_cannot_be_published_is_dropped_with_a_warning_naming_no_url(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a broker that refuses every publish
+    producer = Producer()
+    producer.fail = True
+    events = _events(producer)
+
+    # When a send hands its event over
+    with caplog.at_level(logging.WARNING, logger="tasks.publisher"):
+        events.publish("task-sent", FIELDS, producer=None)
+        assert events.flush(10)
+
+    # Then the sender saw nothing, the thread lives on, and the warning names no URL
+    assert "could not be published" in caplog.text and "secret" not in caplog.text
+    producer.fail = False
+    events.publish("task-sent", {**FIELDS, "uuid": "r:c2:execute"}, producer=None)
+    assert events.flush(10)
+    assert [e["uuid"] for e in producer.published] == ["r:c2:execute"]
+
+
+def test_a_task_sent_event_arriving_after_the_worker_s_events_does_not_move_the_state_back() -> (
+    None
+):
+    # Given the worker's events of a task (received, started, succeeded) seen first
+    state = State()
+    now = time.time()
+    for n, kind in enumerate(("task-received", "task-started", "task-succeeded")):
+        state.event(
+            {
+                "type": kind,
+                "uuid": "r:c:execute",
+                "hostname": "w@h",
+                "timestamp": now + n,
+                "clock": n + 1,
+                "local_received": now + n,
+            }
+        )
+
+    # When the task-sent event arrives after them (it is published behind the send)
+    state.event(
+        {
+            "type": "task-sent",
+            "uuid": "r:c:execute",
+            "name": "boundary.execute",
+            "queue": "tools",
+            "hostname": "gen1@h",
+            "timestamp": now - 1,
+            "clock": 4,
+            "local_received": now + 4,
+        }
+    )
+
+    # Then Flower's state (Celery's event state) keeps SUCCESS and learns the name and queue
+    task = state.tasks["r:c:execute"]
+    assert task.state == "SUCCESS"
+    assert task.name == "boundary.execute" and task.sent == now - 1
