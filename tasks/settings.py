@@ -106,8 +106,9 @@ class Settings(BaseSettings, LimitFields):
     #: full, as Redis itself refuses).
     memory_watermark: float = Field(default=0.9, gt=0, le=1)
     #: Publish a task-sent event for every task sent (Flower then shows a call's tasks as
-    #: SENT before a worker takes them). Off saves a PUBLISH per task and about a third of
-    #: a dispatch's CPU; Flower still sees received, started and succeeded.
+    #: SENT before a worker takes them). A dispatcher's events are published behind its sends,
+    #: from a thread of their own (``tasks.publisher.SentEvents``): off saves that PUBLISH
+    #: and its CPU, not the caller's wait; Flower still sees received, started and succeeded.
     task_sent_events: bool = True
 
     @field_validator("redis_url", "broker_url", "result_backend")
