@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -210,6 +211,8 @@ def _settle(settled: list[_Done]) -> None:
 MAX_EVENTS_QUEUED = 10_000
 #: Seconds the interpreter's exit waits for queued task-sent events to be published.
 EXIT_FLUSH_S = 2.0
+#: Seconds a ``SentEvents`` thread waits for another event before it ends.
+IDLE_EXIT_S = 1.0
 
 
 class SentEvents:
@@ -233,12 +236,18 @@ class SentEvents:
     def __init__(self, app: Celery, max_queued: int = MAX_EVENTS_QUEUED) -> None:
         self.app = app
         self._max_queued = max_queued
+        self._reset()
+        _LIVE_SENT_EVENTS.add(self)
+
+    def _reset(self) -> None:
+        """A fresh queue, lock and thread: at start, and in a forked child (prefork pool),
+        where the parent's lock may have been held by its thread at the fork and the queued
+        events are the parent's to publish."""
         self._queue: deque[tuple[str, dict[str, Any]]] = deque()
         self._ready = threading.Condition()
         self._idle = threading.Event()
         self._idle.set()
         self._thread: threading.Thread | None = None
-        self._pid = 0
         self._dispatcher: Any = None
 
     def publish(self, type: str, fields: dict[str, Any], producer: Any, **options: Any) -> None:
@@ -266,13 +275,10 @@ class SentEvents:
         return self._dispatcher
 
     def _start(self) -> None:
-        # A forked child inherits the queue's object but not the thread: start its own.
-        if self._thread is not None and self._pid == os.getpid():
+        if self._thread is not None:
             return
-        self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, name="tb-sent-events", daemon=True)
         self._thread.start()
-        atexit.register(self.flush, EXIT_FLUSH_S)
 
     def _run(self) -> None:
         policy = self.app.conf.task_publish_retry_policy
@@ -280,7 +286,11 @@ class SentEvents:
             with self._ready:
                 while not self._queue:
                     self._idle.set()
-                    self._ready.wait()
+                    if not self._ready.wait(IDLE_EXIT_S) and not self._queue:
+                        # Idle: the thread ends (the next event starts another), so a
+                        # dispatcher that stopped sending holds no thread.
+                        self._thread = None
+                        return
                 batch = list(self._queue)
                 self._queue.clear()
             try:
@@ -292,3 +302,22 @@ class SentEvents:
             except Exception:
                 # The exception's text may name the broker URL: none of it is logged.
                 logger.warning("%d task-sent event(s) could not be published", len(batch))
+
+
+#: Every ``SentEvents`` alive, for the fork and exit hooks (weakly: they hold apps).
+_LIVE_SENT_EVENTS: weakref.WeakSet[SentEvents] = weakref.WeakSet()
+
+
+def _reset_in_child() -> None:
+    for events in list(_LIVE_SENT_EVENTS):
+        events._reset()
+
+
+def _flush_at_exit() -> None:
+    give_up = time.monotonic() + EXIT_FLUSH_S
+    for events in list(_LIVE_SENT_EVENTS):
+        events.flush(max(give_up - time.monotonic(), 0.0))
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
+atexit.register(_flush_at_exit)

@@ -143,3 +143,40 @@ def test_a_task_sent_event_arriving_after_the_worker_s_events_does_not_move_the_
     task = state.tasks["r:c:execute"]
     assert task.state == "SUCCESS"
     assert task.name == "boundary.execute" and task.sent == now - 1
+
+
+def test_the_thread_ends_once_idle_and_the_next_event_starts_another() -> None:
+    # Given an event published, and the thread left idle
+    producer = Producer()
+    events = _events(producer)
+    events.publish("task-sent", FIELDS, producer=None)
+    assert events.flush(10)
+    give_up = time.monotonic() + 30
+    while events._thread is not None and time.monotonic() < give_up:
+        time.sleep(0.05)
+
+    # Then the thread ended (a dispatcher that stopped sending holds none), and a later event
+    # is still published, by a new thread
+    assert events._thread is None
+    events.publish("task-sent", {**FIELDS, "uuid": "r:c2:execute"}, producer=None)
+    assert events.flush(10)
+    assert [e["uuid"] for e in producer.published] == ["r:c:execute", "r:c2:execute"]
+
+
+def test_a_forked_child_starts_afresh_even_if_the_parent_s_thread_held_the_lock() -> None:
+    # Given a parent whose event thread holds the queue's lock, with an event queued
+    producer = Producer()
+    events = _events(producer)
+    events._ready.acquire()
+    events._queue.append(("task-sent", dict(FIELDS)))
+
+    # When the fork hook runs in the child
+    from tasks import publisher
+
+    publisher._reset_in_child()
+
+    # Then the child's publish is not blocked by the parent's lock, and the parent's queued
+    # event is not published twice
+    events.publish("task-sent", {**FIELDS, "uuid": "child:c:execute"}, producer=None)
+    assert events.flush(10)
+    assert [e["uuid"] for e in producer.published] == ["child:c:execute"]
