@@ -70,6 +70,12 @@ def run_inline_here(host: InlineHost | None) -> None:
     _here.host = host
 
 
+def in_inline_run() -> bool:
+    """True while the calling thread runs a tool or projector in line (for a host that
+    interrupts an overdue run: nothing else on that thread is interrupted)."""
+    return bool(getattr(_here, "in_run", False))
+
+
 def inline_host() -> InlineHost | None:
     """The calling thread's host if its runs go in line."""
     host: InlineHost | None = getattr(_here, "host", None)
@@ -326,10 +332,12 @@ class ToolThreads:
                     raise ToolThreadsExhausted()
         run = self.watchdog.watch(due, on_overdue, host)
         try:
+            _here.in_run = True
             result: tuple[bool, Any] = (True, executor(arguments))
         except BaseException as exc:
             result = (False, exc)
         finally:
+            _here.in_run = False
             if slot is not None:
                 with self._lock:
                     self._held[slot] -= 1

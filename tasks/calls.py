@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from billiard.exceptions import WorkerLostError
+from billiard.process import current_process
 from celery import signals
 from celery.concurrency import get_implementation
 from celery.concurrency.thread import TaskPool as CeleryThreadPool
@@ -28,12 +29,12 @@ from boundary.steps import (
     outcome_from_record,
     project_step,
 )
-from boundary.tool_threads import on_tool_threads_exhausted
+from boundary.tool_threads import on_tool_threads_exhausted, run_inline_here
 from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, REAP, app
 from tasks.dispatcher import CeleryDispatcher
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.failures import CodeOnlyFailures, ToolCallFailed
-from tasks.pool import InlineThreadPool
+from tasks.pool import ChildHost, InlineThreadPool
 from tasks.reaper import Retries, reap_once
 from tasks.runtime import get_runtime
 from tasks.server_check import check_store_server
@@ -350,14 +351,20 @@ def _check_runtime(**_: Any) -> None:
     )
 
 
-#: Set in a prefork pool's child processes (``worker_process_init`` fires only there).
+#: Set in a prefork pool's child processes.
 _in_pool_child = False
 
 
 @signals.worker_process_init.connect
 def _mark_pool_child(**_: Any) -> None:
+    """A prefork child runs its tools in line on its main thread (``tasks.pool.ChildHost``).
+    The solo pool sends this signal too, in the worker's own main process: not a child, so
+    it keeps handing its tools to tool threads (an overdue run there cannot end a process)."""
     global _in_pool_child
+    if current_process().name == "MainProcess":
+        return
     _in_pool_child = True
+    run_inline_here(ChildHost())
 
 
 def _stop_taking_work(max_threads: int) -> None:

@@ -34,7 +34,9 @@ taking work (``tasks.calls._stop_taking_work``).
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -42,8 +44,9 @@ from typing import Any
 
 from celery.concurrency.base import BasePool, apply_target
 from celery.concurrency.thread import ApplyResult
+from celery.exceptions import SoftTimeLimitExceeded
 
-from boundary.tool_threads import run_inline_here
+from boundary.tool_threads import in_inline_run, run_inline_here
 
 logger = logging.getLogger(__name__)
 
@@ -227,3 +230,54 @@ def _ack_early(request: Any) -> bool:
         logger.error("overdue task's message not acknowledged: %s", type(exc).__name__)
         return False
     return True
+
+
+#: Seconds an overdue in-line run of a prefork child has, once interrupted, to come back
+#: before the child exits (its parent starts a fresh one).
+CHILD_EXIT_GRACE_S = 2.0
+#: Exit status of a child that ends so (the parent logs it, and sends the task again).
+CHILD_EXIT_STATUS = 70
+#: The signal that interrupts an overdue run on the child's main thread (process-directed:
+#: Python runs its handler on the main thread, and it ends a sleep or a socket wait).
+INTERRUPT_SIGNAL = signal.SIGUSR2
+
+
+class ChildHost:
+    """The ``InlineHost`` of a prefork child's main thread, where its tasks run: tools and
+    projectors run in line there under the watchdog (``boundary.tool_threads``), with no
+    hand-off to a tool thread per call.
+
+    A run past its deadline has its call ended by the watchdog (sealed, or handed to its next
+    attempt), then ``replace()`` interrupts it: the child sends itself ``INTERRUPT_SIGNAL``,
+    whose handler raises Celery's ``SoftTimeLimitExceeded`` in the tool, only while the
+    main thread is inside an in-line run (never in Celery's or our own code around it). The run
+    comes back (``retire()``), its result is dropped, and the child takes its next task. A
+    tool that does not come back within ``CHILD_EXIT_GRACE_S`` (stuck in C code, or one that
+    swallows the exception and goes on) ends the child: billiard starts a fresh one, and the
+    task, sent again as a lost worker's, finds its call already ended.
+    """
+
+    def __init__(self) -> None:
+        self._back = threading.Event()
+        signal.signal(INTERRUPT_SIGNAL, self._interrupt)
+
+    def replace(self) -> None:
+        """On the watchdog's thread, once the overdue run's call was ended."""
+        self._back.clear()
+        os.kill(os.getpid(), INTERRUPT_SIGNAL)
+        if not self._back.wait(CHILD_EXIT_GRACE_S):
+            logger.critical(
+                "tool-boundary: an overdue tool did not stop within %.0fs of its interruption; "
+                "this pool process exits and its parent starts a fresh one",
+                CHILD_EXIT_GRACE_S,
+            )
+            os._exit(CHILD_EXIT_STATUS)
+
+    def retire(self) -> None:
+        """On the main thread: the overdue run came back; the child serves on."""
+        self._back.set()
+
+    @staticmethod
+    def _interrupt(signum: int, frame: Any) -> None:
+        if in_inline_run():
+            raise SoftTimeLimitExceeded("the tool ran past its time limit")
