@@ -96,7 +96,8 @@ class CeleryDispatcher:
         without the canvas: no signatures to clone, freeze and prepare per call. A retry
         (``attempt`` > 1) is a new message with its own task id (``...:execute:<attempt>``);
         every attempt's chain ends in the one project task id waiters wait on, and only the
-        attempt that keeps a raw response runs it.
+        attempt that keeps a raw response runs it. Its task-sent event (Flower's SENT) is
+        published behind it, from ``sent_events``' thread: the caller does not wait for it.
         """
         # The caller's trace goes with both steps (W3C traceparent in the message headers).
         origin = _Origin(telemetry.trace_headers(), self.app.thread_oid)
