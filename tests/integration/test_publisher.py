@@ -24,6 +24,10 @@ def test_publishes_share_one_client_and_survive_a_broker_restart(
         settings = celery_test_settings(broker_url=broker.url)
         dispatcher = CeleryDispatcher(create_app(settings, name="tests_publisher"))
         dispatcher.dispatch(CanonicalKey(run_id="run-p", tool_call_id="c0"))
+        # (Each send's task-sent event is let out before the next send: the event thread
+        # then always takes the producer the sends use, rather than a second one of the pool
+        # that a send holds at that moment, which would make one more client, once.)
+        assert dispatcher.sent_events.flush(10)
         # Given a publisher that has sent once, and a count of the Redis clients made since
         made = 0
         init = redis.Redis.__init__
@@ -37,6 +41,7 @@ def test_publishes_share_one_client_and_survive_a_broker_restart(
         # When it sends three more calls
         for n in range(1, 4):
             dispatcher.dispatch(CanonicalKey(run_id="run-p", tool_call_id=f"c{n}"))
+            assert dispatcher.sent_events.flush(10)
         # Then no client was made for them, and every message is queued
         assert made == 0
         assert broker.client().llen(TOOLS_QUEUE) == 4
