@@ -29,7 +29,12 @@ from tasks import CeleryDispatcher, configure
 from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
-from tests.settings import SUITE
+from tests import xdist_worker
+
+# Before SUITE is built: an xdist worker's own ports and Redis (tests/xdist_worker.py).
+xdist_worker.isolate()
+
+from tests.settings import SUITE  # noqa: E402
 
 pytest_plugins = ("celery.contrib.pytest",)
 
@@ -44,6 +49,9 @@ BACKEND_DB = SUITE.backend_db
 SUBPROCESS_BROKER_DB = SUITE.subprocess_broker_db
 #: RabbitMQ for the tests that run once more with it as the broker.
 AMQP_URL = SUITE.amqp_url
+#: The mark of every test that uses RabbitMQ: their queues have fixed names on one vhost, so
+#: in a parallel run (``--dist loadgroup``) one xdist worker runs them all.
+AMQP_GROUP = pytest.mark.xdist_group("amqp")
 #: The raw-response limit of the Celery tests' settings (small, so a test can pass it).
 CELERY_MAX_RAW_BYTES = 100_000
 #: Seconds a probe of a service may take: a missing service skips in well under a second
@@ -54,6 +62,30 @@ PROBE_TIMEOUT_S = 5.0 if CI else 0.5
 OWN_KEYS = re.compile(
     r"^(tb:|celery|_kombu\.|unacked|tools|projections|.*\.reply\.celery\.pidbox$)"
 )
+
+
+#: xdist workers of a plain ``pytest`` run (the suite waits on Redis, workers and timeouts far
+#: more than it computes: two workers on two cores halve its time; ``-n N`` chooses).
+DEFAULT_WORKERS = 2
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config) -> object:
+    """Runs the suite on ``DEFAULT_WORKERS`` xdist workers (``--dist loadgroup``) unless the
+    command line says otherwise: ``-n N`` (``-n 0`` runs serially), ``-p no:xdist``, ``--pdb``.
+    A hook rather than ``addopts``, so that ``-p no:xdist`` still works."""
+    if (
+        config.pluginmanager.hasplugin("xdist")
+        and not xdist_worker.WORKER
+        and config.getoption("numprocesses", None) is None
+        and not config.getoption("usepdb", False)
+        and not config.getoption("trace", False)
+        and not config.getoption("collectonly", False)
+    ):
+        config.option.numprocesses = DEFAULT_WORKERS
+        if config.getoption("dist", "no") == "no":
+            config.option.dist = "loadgroup"
+    return (yield)
 
 
 def redis_url(db: int) -> str:

@@ -6,6 +6,8 @@ suites on one machine keep apart; a port in use is skipped.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -20,7 +22,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import CI
+#: Under CI (``CI`` set) a missing redis-server fails instead of skipping. (Not imported from
+#: ``tests.conftest``: the root conftest starts an xdist worker's own server with these helpers
+#: before it is itself imported.)
+CI = bool(os.environ.get("CI"))
 
 _PORTS = os.environ.get("TB_TEST_SERVER_PORTS", "21200-21299")
 _FIRST, _LAST = (int(p) for p in _PORTS.split("-"))
@@ -66,15 +71,30 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {_PORTS}")
 
 
+def _die_with_parent() -> None:
+    """In the child before ``exec``: SIGTERM when the parent thread ends (Linux only)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class RedisServer:
     """One ``redis-server`` process of the test's own."""
 
-    def __init__(self, directory: Path, *args: str, password: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *args: str,
+        password: str | None = None,
+        die_with_parent: bool = False,
+    ) -> None:
         self.port = free_port()
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self.args = args
         self.password = password
+        #: The kernel ends the server (SIGTERM) when the thread that started it ends, even when
+        #: that process is killed and cannot stop it (Linux' PR_SET_PDEATHSIG).
+        self.die_with_parent = die_with_parent
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -101,7 +121,13 @@ class RedisServer:
         ]
         if self.password is not None:
             command += ["--requirepass", self.password]
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            # (only for a server started before any thread: the xdist worker's own)
+            preexec_fn=_die_with_parent if self.die_with_parent else None,  # noqa: PLW1509
+        )
         give_up = time.monotonic() + 20
         while True:
             try:

@@ -20,6 +20,7 @@ from tests import celery_tools
 from tests.celery.workers import celery_process, worker_args
 from tests.celery_tools import registry
 from tests.conftest import (
+    AMQP_GROUP,
     AMQP_URL,
     BACKEND_DB,
     celery_test_settings,
@@ -50,7 +51,7 @@ def rabbitmq_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Celery
         yield client
 
 
-@pytest.fixture(params=["redis", "rabbitmq"])
+@pytest.fixture(params=["redis", pytest.param("rabbitmq", marks=AMQP_GROUP)])
 def stack(request: pytest.FixtureRequest, redis_client: redis.Redis) -> Stack:
     """Each test runs once per broker: Redis (worker thread) and RabbitMQ (worker process)."""
     if request.param == "redis":

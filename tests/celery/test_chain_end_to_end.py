@@ -172,8 +172,11 @@ def test_deadline_passed_before_start(stack: Stack) -> None:
 @pytest.mark.parametrize(
     "broker", ["redis://127.0.0.1:1/0", "amqp://guest:guest@127.0.0.1:1//"], ids=["redis", "amqp"]
 )
-def test_broker_down_at_dispatch(redis_client: redis.Redis, broker: str) -> None:
-    # Given a dispatcher whose broker cannot be reached
+def test_broker_down_at_dispatch(
+    redis_client: redis.Redis, celery_session_app: Any, broker: str
+) -> None:
+    # Given a dispatcher whose broker cannot be reached (the runtime configured for the test
+    # tools by the session app: run alone, or first on an xdist worker, it had the defaults)
     app = create_app(celery_test_settings(broker_url=broker), name="tests_down")
     runtime = get_runtime()
     boundary = runtime.boundary(CeleryDispatcher(app))

@@ -25,7 +25,7 @@ from tests.celery.conftest import RUN
 from tests.celery.test_worker_loss import isolated, submit
 from tests.celery.workers import celery_process, worker_args
 from tests.celery_tools import CROWD_SIZE
-from tests.conftest import AMQP_URL, require_service
+from tests.conftest import AMQP_GROUP, AMQP_URL, require_service
 from tests.helpers import create_terms
 
 __all__ = ["isolated"]  # the fixture, used by name
@@ -33,7 +33,7 @@ __all__ = ["isolated"]  # the fixture, used by name
 HUNG = 2
 
 
-@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
+@pytest.mark.parametrize("broker", ["redis", pytest.param("rabbitmq", marks=AMQP_GROUP)])
 def test_hung_tools_are_sealed_on_time_and_their_threads_replaced(
     isolated: tuple[Settings, Celery, ToolBoundary],
     redis_client: redis.Redis,

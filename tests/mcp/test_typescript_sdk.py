@@ -26,6 +26,9 @@ from tests.mcp.servers import HttpServer, server_env
 
 HERE = Path(__file__).parent / "ts"
 
+#: One xdist worker runs them all: the SDK's ``npm install`` (module-scoped) is done once.
+pytestmark = pytest.mark.xdist_group("typescript")
+
 
 def _unavailable(reason: str) -> None:
     if os.environ.get("CI"):

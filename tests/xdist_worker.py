@@ -1,0 +1,81 @@
+"""What an xdist worker (``PYTEST_XDIST_WORKER`` = gw0, gw1, ...) of a parallel run keeps to
+itself, decided when the root conftest is imported, before ``tests.settings.SUITE`` is built.
+
+- ``TB_TEST_SERVER_PORTS``: worker N takes ``21200+100N``-``21299+100N`` (gw0 the default
+  range), so the Redis servers the tests start never race for a port; their cluster bus
+  (port + 10000) stays below the ephemeral ports (32768 and up) up to gw14.
+- Redis: gw0 uses the configured server (``TB_TEST_REDIS_*``, by default 127.0.0.1:6379 with
+  DBs 11, 12, 13 and 10). Every other worker starts a ``redis-server`` of its own on the first
+  port of its range, with the same DB numbers, stopped when the worker ends (and by the
+  kernel if the worker is killed). A private server, rather than four other DBs of the shared
+  one, because much of what the tests check is server-wide: Pub/Sub channels (not scoped by
+  DB; the seal channels are named by run id, and every worker uses the same run ids),
+  ``CLIENT LIST``/``CLIENT KILL``, ``INFO``; and because DBs 6-9 would leave room for one more
+  worker only.
+- RabbitMQ: not here. The tests that use it are in the ``xdist_group`` ``amqp`` (one worker
+  runs them all, ``--dist loadgroup``), so no two workers consume the same queues of vhost ``/``.
+
+A variable the user set is left as it is, except that a worker other than gw0 cannot share
+an explicitly named Redis server (its DBs would collide with gw0's): that stops the run.
+Outside xdist, or with ``-n 0``/``-p no:xdist``, nothing changes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+#: The default ``TB_TEST_SERVER_PORTS`` starts here; each worker gets this many ports.
+FIRST_PORT = 21200
+PORTS_PER_WORKER = 100
+
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def worker_index() -> int | None:
+    """N of ``gwN``, or None outside an xdist worker."""
+    found = re.fullmatch(r"gw(\d+)", WORKER)
+    return int(found.group(1)) if found else None
+
+
+def _start_private_redis() -> None:
+    """This worker's own redis-server; ``TB_TEST_REDIS_HOST``/``PORT`` point at it."""
+    # Imported only now: tests.servers reads TB_TEST_SERVER_PORTS when imported.
+    from tests.servers import RedisServer, release_port
+
+    directory = Path(tempfile.mkdtemp(prefix=f"tb-test-{WORKER}-redis-"))
+    # Configured like the CI's shared server: no snapshots, no AOF.
+    server = RedisServer(directory, "--appendonly", "no", die_with_parent=True)
+    server.start()
+
+    def stop() -> None:
+        server.stop()
+        release_port(server.port)
+        shutil.rmtree(directory, ignore_errors=True)
+
+    atexit.register(stop)
+    os.environ["TB_TEST_REDIS_HOST"] = "127.0.0.1"
+    os.environ["TB_TEST_REDIS_PORT"] = str(server.port)
+
+
+def isolate() -> None:
+    index = worker_index()
+    if index is None:
+        return
+    if "TB_TEST_SERVER_PORTS" not in os.environ:
+        first = FIRST_PORT + PORTS_PER_WORKER * index
+        os.environ["TB_TEST_SERVER_PORTS"] = f"{first}-{first + PORTS_PER_WORKER - 1}"
+    if index == 0:
+        return
+    named = [v for v in ("TB_TEST_REDIS_HOST", "TB_TEST_REDIS_PORT") if v in os.environ]
+    if named:
+        raise RuntimeError(
+            f"{' and '.join(named)} name one Redis server for every xdist worker, whose DBs "
+            f"would collide: run serially (-n 0), or unset {named[0]} (worker {WORKER} then "
+            "starts a redis-server of its own)"
+        )
+    _start_private_redis()
