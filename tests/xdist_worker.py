@@ -74,8 +74,8 @@ def isolate() -> None:
     named = [v for v in ("TB_TEST_REDIS_HOST", "TB_TEST_REDIS_PORT") if v in os.environ]
     if named:
         raise RuntimeError(
-            f"{' and '.join(named)} name one Redis server for every xdist worker, whose DBs "
-            f"would collide: run serially (-n 0), or unset {named[0]} (worker {WORKER} then "
-            "starts a redis-server of its own)"
+            f"{' and '.join(named)} set: every xdist worker would use that one Redis server "
+            f"and the same DBs. Run serially (-n 0), or unset {' and '.join(named)} (worker "
+            f"{WORKER} then starts a redis-server of its own)"
         )
     _start_private_redis()
