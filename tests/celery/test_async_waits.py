@@ -241,11 +241,13 @@ async def settled(probe: Callable[[], int], expected: int, within_s: float = 10.
 
 
 def test_cancelled_waits_leave_the_call_running_and_leak_nothing(
-    celery_boundary: ToolBoundary, redis_client: redis.Redis
+    celery_boundary: ToolBoundary, redis_client: redis.Redis, held_calls: threading.Event
 ) -> None:
-    # Given one real call running on the worker, and 999 parked calls over 20 runs
+    # Given one real call running on the worker (held until the test lets it go: a call that
+    # sleeps 1 s could end before the waits are cancelled on a loaded machine), and 999 parked
+    # calls over 20 runs
     store = get_runtime().store
-    assert celery_boundary.submit(call("real", "sleepy", seconds=1.0), RUN).accepted
+    assert celery_boundary.submit(call("real", "held"), RUN).accepted
     parked = [create_projecting(store, f"p{i}", run_id=f"run-park-{i % 20}") for i in range(999)]
     waited = [CanonicalKey(run_id=RUN.run_id, tool_call_id="real"), *parked]
     channels = sorted({keys.sealed_channel(k.run_id) for k in waited})
@@ -267,6 +269,7 @@ def test_cancelled_waits_leave_the_call_running_and_leak_nothing(
         after = [n for _, n in redis_client.pubsub_numsub(*channels)]
         connections = len(seal_clients(redis_client))
         # Then the call still runs and ends READY, readable by the same ids
+        held_calls.set()
         later = await celery_boundary.aoutcome(RUN.run_id, "real", timeout=30)
         return subscribed, [results, after, during], connections, later
 
