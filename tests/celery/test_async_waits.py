@@ -46,7 +46,7 @@ from tasks.app import create_app
 from tasks.runtime import get_runtime
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
-from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
+from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 from tests.helpers import FakeTool, create_projecting, is_running, make_run, register
 
 T = TypeVar("T")
@@ -304,8 +304,7 @@ def worker_process(
     """A boundary over a real worker subprocess on a broker DB of its own, so the worker's
     threads do not share this process (and its GIL) with the event loop measured."""
     settings = celery_test_settings(broker_url=redis_url(SUBPROCESS_BROKER_DB))
-    broker = redis.Redis.from_url(redis_url(SUBPROCESS_BROKER_DB))
-    broker.flushdb()
+    broker = flush_db(SUBPROCESS_BROKER_DB)
     app = create_app(settings, name="tests_stall")
     with celery_process(settings, *worker_args("stall-worker", concurrency=8), log=tmp_path / "w"):
         yield get_runtime().boundary(CeleryDispatcher(app))

@@ -21,7 +21,7 @@ from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
-from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
+from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 
 HUNG = 4
 #: How long each hung projector hangs, seconds: far past any shutdown that does not wait.
@@ -36,8 +36,7 @@ def isolated(
     settings = celery_test_settings(
         broker_url=redis_url(SUBPROCESS_BROKER_DB), projection_timeout_s=1
     )
-    broker = redis.Redis.from_url(redis_url(SUBPROCESS_BROKER_DB))
-    broker.flushdb()
+    broker = flush_db(SUBPROCESS_BROKER_DB)
     boundary = get_runtime().boundary(CeleryDispatcher(create_app(settings, name="tests_hung")))
     yield settings, boundary
     broker.flushdb()

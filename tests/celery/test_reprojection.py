@@ -22,7 +22,7 @@ from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
-from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
+from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 from tests.helpers import create_terms
 from tests.servers import redis_server
 
@@ -34,8 +34,7 @@ def isolated(
     settings = celery_test_settings(
         broker_url=redis_url(SUBPROCESS_BROKER_DB), max_pending_s=1, reap_grace_s=0.5
     )
-    broker = redis.Redis.from_url(redis_url(SUBPROCESS_BROKER_DB))
-    broker.flushdb()
+    broker = flush_db(SUBPROCESS_BROKER_DB)
     app = create_app(settings, name="tests_reproject")
     boundary = get_runtime().boundary(CeleryDispatcher(app))
     boundary.max_pending_s, boundary.reap_grace_s = 1, 0.5
@@ -124,7 +123,7 @@ def test_a_store_failure_under_the_project_step_resends_it(
         settings = celery_test_settings(
             redis_url=server.url, broker_url=redis_url(SUBPROCESS_BROKER_DB)
         )
-        redis.Redis.from_url(redis_url(SUBPROCESS_BROKER_DB)).flushdb()
+        flush_db(SUBPROCESS_BROKER_DB)
         store = RedisCanonicalStore.from_url(server.url, ttl_s=600)
         registry = get_runtime().registry
         app = create_app(settings, name="tests_store_fail")
