@@ -62,10 +62,15 @@ def _start_private_redis() -> None:
     os.environ["TB_TEST_REDIS_PORT"] = str(server.port)
 
 
+#: Set once a worker has decided (its subprocesses inherit it, and decide nothing again).
+DECIDED = "TB_TEST_XDIST_DECIDED"
+
+
 def isolate() -> None:
     index = worker_index()
-    if index is None:
+    if index is None or os.environ.get(DECIDED) == WORKER:
         return
+    os.environ[DECIDED] = WORKER
     if "TB_TEST_SERVER_PORTS" not in os.environ:
         first = FIRST_PORT + PORTS_PER_WORKER * index
         os.environ["TB_TEST_SERVER_PORTS"] = f"{first}-{first + PORTS_PER_WORKER - 1}"
