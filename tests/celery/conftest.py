@@ -54,8 +54,10 @@ def rabbitmq_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Celery
 @pytest.fixture(params=["redis", pytest.param("rabbitmq", marks=AMQP_GROUP)])
 def stack(request: pytest.FixtureRequest, redis_client: redis.Redis) -> Stack:
     """Each test runs once per broker: Redis (worker thread) and RabbitMQ (worker process)."""
+    # The session app configures this process's runtime (the test tools, the test store) for
+    # both: a RabbitMQ test that runs first on an xdist worker would find it unconfigured.
+    app = request.getfixturevalue("celery_session_app")
     if request.param == "redis":
-        app = request.getfixturevalue("celery_session_app")
         request.getfixturevalue("celery_session_worker")
     else:
         app = request.getfixturevalue("rabbitmq_worker")
