@@ -68,7 +68,10 @@ def scratch_database(rows: int = DEMO_ROWS) -> Iterator[str]:
 
 
 def running_statements(dsn: str) -> list[tuple[int, str]]:
-    """(pid, query) of the report tool's statements running on ``dsn``'s database."""
+    """(pid, query) of the report tool's statements running on ``dsn``'s database. The
+    transaction's set-up (``BEGIN``, ``set_config``, the cursor's ``DECLARE``) is active for a
+    moment before the report's statement runs: none of it counts (a poll that lands in that
+    moment would otherwise take it for the report)."""
     psycopg = require_psycopg()
     dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
     with admin_connection() as admin:
@@ -77,7 +80,14 @@ def running_statements(dsn: str) -> list[tuple[int, str]]:
             " WHERE datname = %s AND application_name = %s AND state = 'active'",
             (dbname, pgreport.APPLICATION_NAME),
         ).fetchall()
-    return [(int(pid), str(query)) for pid, query in rows]
+    return [
+        (int(pid), str(query))
+        for pid, query in rows
+        if not str(query).lstrip().upper().startswith(_SET_UP)
+    ]
+
+
+_SET_UP = ("BEGIN", "SELECT SET_CONFIG", "DECLARE")
 
 
 def table_rows(dsn: str, table: str) -> int:
