@@ -112,6 +112,8 @@ class Watchdog:
         self._cond = threading.Condition(threading.Lock())
         self._runs: dict[int, _Watch] = {}
         self._wakes_at = float("inf")
+        #: The deadline of the run that started last (monotonic clock).
+        self._last_due = 0.0
         self._thread: threading.Thread | None = None
         self._handle = on_overdue
         #: Times the thread woke (for tests: a run that ends in time must not wake it).
@@ -121,6 +123,7 @@ class Watchdog:
         run = _Watch(due, on_overdue, host)
         with self._cond:
             self._runs[id(run)] = run
+            self._last_due = due
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="tool-boundary-watchdog", daemon=True
@@ -147,7 +150,14 @@ class Watchdog:
                     due = [run for run in self._runs.values() if run.due <= now]
                     if due:
                         break
-                    self._wakes_at = min((r.due for r in self._runs.values()), default=now + 60)
+                    # With no run in progress it sleeps until the last run's deadline while
+                    # that is still ahead. Woken by a run that has already ended (a quick run;
+                    # the store's round trips come between runs), a minute's sleep would have
+                    # the next run, due before that, wake it again: once per call. Runs of one
+                    # limit wake it about once per limit instead.
+                    last = self._last_due
+                    idle = last if last > now else now + 60
+                    self._wakes_at = min((r.due for r in self._runs.values()), default=idle)
                     self._cond.wait(self._wakes_at - now)
                 for run in due:
                     run.settled = threading.Event()

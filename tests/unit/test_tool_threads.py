@@ -146,6 +146,29 @@ def test_in_line_runs_that_end_in_time_do_not_wake_the_watchdog_each() -> None:
         run_inline_here(None)
 
 
+def test_quick_runs_with_waits_between_them_do_not_wake_the_watchdog_each() -> None:
+    # A worker's steps: the tool returns at once, the store's round trips come between runs
+    # (the GIL is given up there, so the woken watchdog finds no run left in progress)
+    threads = ToolThreads()
+    host = FakeHost()
+    run_inline_here(host)
+    try:
+        # Given a watchdog that has seen runs of a 30 s limit
+        for _ in range(3):
+            threads.run(lambda _: None, None, 30.0, on_overdue=lambda: None)
+            time.sleep(0.001)
+        woken = threads.watchdog.wakes
+        # When 300 more such runs start and end in time, with a wait between each two
+        for _ in range(300):
+            threads.run(lambda _: None, None, 30.0, on_overdue=lambda: None)
+            time.sleep(0.001)
+        # Then they woke the watchdog's thread at most a few times, not once each
+        assert threads.watchdog.wakes - woken <= 3
+        assert not host.replaced.is_set()
+    finally:
+        run_inline_here(None)
+
+
 STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar("step", default=None)
 
 
