@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from boundary import telemetry
 from boundary.call_context import DEFAULT_HEARTBEAT_INTERVAL_S, CallCancelled, CallScope, Ended
@@ -112,6 +112,39 @@ def record_size(record: CanonicalRecord, **changes: Any) -> int:
     fields = record.model_dump(mode="json")
     fields.update(changes)
     return utf8_size(canonical_json(fields))
+
+
+#: At most this many bytes of JSON for a value that is not text: a timestamp, an enum's
+#: name, a number, a flag or null.
+_SCALAR_JSON_BYTES = 64
+
+
+def _size_bound(record: CanonicalRecord, changes: Mapping[str, Any]) -> int | None:
+    """An upper bound of ``record_size(record, **changes)`` without serializing the record, or
+    ``None`` when it has a nested value (a diagnostic). A character of text takes at most 6
+    bytes of JSON (``\u001f``); a field's name, quotes, colon and comma at most its length
+    plus 4."""
+    total = 2
+    for name in CanonicalRecord.model_fields:
+        value = changes[name] if name in changes else getattr(record, name)
+        total += len(name) + 4
+        if isinstance(value, str):
+            total += 6 * len(value) + 2
+        elif isinstance(value, BaseModel | Mapping | list):
+            return None
+        else:
+            total += _SCALAR_JSON_BYTES
+    return total
+
+
+def record_fits(record: CanonicalRecord, max_bytes: int, **changes: Any) -> bool:
+    """Whether the record, with ``changes`` applied, is at most ``max_bytes`` of canonical
+    JSON. A record far under the limit (every call's, in practice) is settled by a bound;
+    only one near it is serialized (``record_size``)."""
+    bound = _size_bound(record, changes)
+    if bound is not None and bound <= max_bytes:
+        return True
+    return record_size(record, **changes) <= max_bytes
 
 
 def _seal_error(
@@ -278,7 +311,7 @@ def _keep_raw(store: CanonicalStore, record: CanonicalRecord, raw: Any) -> Execu
         return ExecuteResult.SEALED
     limits: Limits = store.limits
     if raw_size > limits.max_raw_bytes or (
-        record_size(record, raw=raw_text) > limits.max_record_bytes
+        not record_fits(record, limits.max_record_bytes, raw=raw_text)
     ):
         # Not stored, not truncated, and the projector never sees it.
         note = f"raw response of {raw_size} bytes; max_raw_bytes {limits.max_raw_bytes}"
@@ -520,7 +553,7 @@ def _project(
     except Exception as exc:  # as for raw responses: anything raised while serializing
         return _failed(tool, ErrorCode.SERIALIZATION_FAILED, PROJECT, exc)
     if agent_bytes > limits.max_agent_result_bytes or (
-        record_size(record, agent_result=result, scope=scope) > limits.max_record_bytes
+        not record_fits(record, limits.max_record_bytes, agent_result=result, scope=scope)
     ):
         note = f"agent result of {agent_bytes} bytes; max {limits.max_agent_result_bytes}"
         return _failed(tool, ErrorCode.RESULT_TOO_LARGE, PROJECT, note=note)
