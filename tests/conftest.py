@@ -64,18 +64,17 @@ OWN_KEYS = re.compile(
 )
 
 
-#: xdist workers of a plain ``pytest`` run: none for now. Two workers on two cores halve the
-#: suite's time (it waits on Redis, workers and timeouts far more than it computes), but two of
-#: three parallel runs lost the in-process Celery worker of one xdist worker (its later calls
-#: stayed PROJECTING; not explained yet): ``-n 2`` runs in parallel, by choice.
-DEFAULT_WORKERS = 0
+#: xdist workers of a plain ``pytest`` run. Two workers on two cores halve the suite's time (it
+#: waits on Redis, workers and timeouts far more than it computes); ``-n 0`` runs serially.
+DEFAULT_WORKERS = 2
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_cmdline_main(config: pytest.Config) -> object:
     """``-n N`` distributes by ``xdist_group`` (``--dist loadgroup``) unless ``--dist`` says
-    otherwise; a plain run uses ``DEFAULT_WORKERS`` workers (0: serially). ``-p no:xdist`` and
-    ``--pdb`` run serially. A hook rather than ``addopts``, so that ``-p no:xdist`` works."""
+    otherwise; a plain run uses ``DEFAULT_WORKERS`` workers, or runs serially when the Redis
+    server is named (``TB_TEST_REDIS_HOST``/``PORT``). ``-p no:xdist`` and ``--pdb`` run
+    serially. A hook rather than ``addopts``, so that ``-p no:xdist`` works."""
     if (
         config.pluginmanager.hasplugin("xdist")
         and not xdist_worker.WORKER
@@ -84,7 +83,9 @@ def pytest_cmdline_main(config: pytest.Config) -> object:
         and not config.getoption("collectonly", False)
     ):
         if config.getoption("numprocesses", None) is None:
-            config.option.numprocesses = DEFAULT_WORKERS
+            # A Redis server named by the user is one set of DBs: every worker would share it.
+            named = any(v in os.environ for v in ("TB_TEST_REDIS_HOST", "TB_TEST_REDIS_PORT"))
+            config.option.numprocesses = 0 if named else DEFAULT_WORKERS
         if config.option.numprocesses and config.getoption("dist", "no") == "no":
             config.option.dist = "loadgroup"
     return (yield)
