@@ -126,42 +126,39 @@ def test_past_max_threads_overdue_runs_a_run_does_not_start_and_the_process_is_t
         run_inline_here(None)
 
 
-def test_in_line_runs_that_end_in_time_do_not_wake_the_watchdog_each() -> None:
+@pytest.mark.parametrize(
+    "wait_within",
+    [
+        # Each run gives up the GIL while it runs: the watchdog's thread could run then
+        pytest.param(True, id="wait-in-the-run"),
+        # A worker's steps: the tool returns at once, the store's round trips come between
+        # runs, so a woken watchdog finds no run left in progress
+        pytest.param(False, id="wait-between-runs"),
+    ],
+)
+def test_in_line_runs_that_end_in_time_do_not_wake_the_watchdog_each(wait_within: bool) -> None:
     threads = ToolThreads()
     host = FakeHost()
     run_inline_here(host)
+
+    def one_run() -> None:
+        threads.run(
+            lambda _: time.sleep(0.001) if wait_within else None,
+            None,
+            30.0,
+            on_overdue=lambda: None,
+        )
+        if not wait_within:
+            time.sleep(0.001)
+
     try:
         # Given a watchdog that has seen runs of a 30 s limit
         for _ in range(3):
-            threads.run(lambda _: None, None, 30.0, on_overdue=lambda: None)
+            one_run()
         woken = threads.watchdog.wakes
-        # When 300 more such runs start and end in time, one after the other, each giving up
-        # the GIL (so the watchdog's thread could run between them if woken)
+        # When 300 more such runs start and end in time, one after the other
         for _ in range(300):
-            threads.run(lambda _: time.sleep(0.001), None, 30.0, on_overdue=lambda: None)
-        # Then they woke the watchdog's thread at most a few times, not once each
-        assert threads.watchdog.wakes - woken <= 3
-        assert not host.replaced.is_set()
-    finally:
-        run_inline_here(None)
-
-
-def test_quick_runs_with_waits_between_them_do_not_wake_the_watchdog_each() -> None:
-    # A worker's steps: the tool returns at once, the store's round trips come between runs
-    # (the GIL is given up there, so the woken watchdog finds no run left in progress)
-    threads = ToolThreads()
-    host = FakeHost()
-    run_inline_here(host)
-    try:
-        # Given a watchdog that has seen runs of a 30 s limit
-        for _ in range(3):
-            threads.run(lambda _: None, None, 30.0, on_overdue=lambda: None)
-            time.sleep(0.001)
-        woken = threads.watchdog.wakes
-        # When 300 more such runs start and end in time, with a wait between each two
-        for _ in range(300):
-            threads.run(lambda _: None, None, 30.0, on_overdue=lambda: None)
-            time.sleep(0.001)
+            one_run()
         # Then they woke the watchdog's thread at most a few times, not once each
         assert threads.watchdog.wakes - woken <= 3
         assert not host.replaced.is_set()
