@@ -122,8 +122,8 @@ _SCALAR_JSON_BYTES = 64
 def _size_bound(record: CanonicalRecord, changes: Mapping[str, Any]) -> int | None:
     """An upper bound of ``record_size(record, **changes)`` without serializing the record, or
     ``None`` when it has a nested value (a diagnostic). A character of text takes at most 6
-    bytes of JSON (``\u001f``); a field's name, quotes, colon and comma at most its length
-    plus 4."""
+    bytes of JSON (a control character, written ``\\u001f``); a field's name, quotes, colon
+    and comma at most its length plus 4."""
     total = 2
     for name in CanonicalRecord.model_fields:
         value = changes[name] if name in changes else getattr(record, name)

@@ -67,6 +67,10 @@ def scratch_database(rows: int = DEMO_ROWS) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+#: How the report transaction's set-up statements start (``tests.pg.running_statements``).
+_SET_UP = ("BEGIN", "SELECT SET_CONFIG", "DECLARE")
+
+
 def running_statements(dsn: str) -> list[tuple[int, str]]:
     """(pid, query) of the report tool's statements running on ``dsn``'s database. The
     transaction's set-up (``BEGIN``, ``set_config``, the cursor's ``DECLARE``) is active for a
@@ -85,9 +89,6 @@ def running_statements(dsn: str) -> list[tuple[int, str]]:
         for pid, query in rows
         if not str(query).lstrip().upper().startswith(_SET_UP)
     ]
-
-
-_SET_UP = ("BEGIN", "SELECT SET_CONFIG", "DECLARE")
 
 
 def table_rows(dsn: str, table: str) -> int:
