@@ -34,11 +34,11 @@ from tests import xdist_worker
 # Before SUITE is built: an xdist worker's own ports and Redis (tests/xdist_worker.py).
 xdist_worker.isolate()
 
+from tests.servers import CI  # noqa: E402  (its ports: after isolate())
 from tests.settings import SUITE  # noqa: E402
 
 pytest_plugins = ("celery.contrib.pytest",)
 
-CI = bool(os.environ.get("CI"))
 REDIS_HOST = SUITE.redis_host
 REDIS_PORT = SUITE.redis_port
 #: The store's DB in tests; the Celery broker's and result backend's DBs.

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import redis
 
-#: Under CI (``CI`` set) a missing redis-server fails instead of skipping. (Not imported from
-#: ``tests.conftest``: the root conftest starts an xdist worker's own server with these helpers
-#: before it is itself imported.)
+#: Under CI (``CI`` set) a missing service fails instead of skipping. Defined here, not in
+#: ``tests.conftest`` (which takes it from here): the root conftest starts an xdist worker's
+#: own server with these helpers before it is itself imported.
 CI = bool(os.environ.get("CI"))
 
 _PORTS = os.environ.get("TB_TEST_SERVER_PORTS", "21200-21299")
