@@ -32,7 +32,14 @@ from boundary.models import (
     ToolOutcome,
 )
 from boundary.progress import RunProgressProjector
-from boundary.registry import Projector, RetryPolicy, ToolRegistry, ToolSpec, load_registry
+from boundary.registry import (
+    Projector,
+    RateLimit,
+    RetryPolicy,
+    ToolRegistry,
+    ToolSpec,
+    load_registry,
+)
 from boundary.schema import SchemaError
 from boundary.steps import execute_step, project_step
 from boundary.store import CanonicalStore, RedisCanonicalStore
@@ -57,6 +64,7 @@ __all__ = [
     "ObservedFacts",
     "Projection",
     "Projector",
+    "RateLimit",
     "RedisCanonicalStore",
     "RetryPolicy",
     "RunBoundary",

@@ -29,6 +29,9 @@ class ErrorCode(StrEnum):
     TOOL_BUDGET_EXHAUSTED = "TOOL_BUDGET_EXHAUSTED"
     RUN_BUDGET_EXHAUSTED = "RUN_BUDGET_EXHAUSTED"
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    #: The tool's waiting line is full (``ToolSpec.max_waiting``): nothing was created or
+    #: charged; the same call may be made again later.
+    TOOL_BUSY = "TOOL_BUSY"
     #: A server looked a run up by id (``ToolBoundary.get_run``) and found none open.
     RUN_NOT_FOUND = "RUN_NOT_FOUND"
     # After the record exists: the record is sealed ERROR with one of these.
@@ -77,6 +80,7 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.TOOL_BUDGET_EXHAUSTED: "The run has used all calls allowed for this tool.",
     ErrorCode.RUN_BUDGET_EXHAUSTED: "The run has used all tool calls it is allowed.",
     ErrorCode.STORE_UNAVAILABLE: "The invocation store is unavailable; try again later.",
+    ErrorCode.TOOL_BUSY: "Too many calls of this tool are waiting; try again later.",
     ErrorCode.RUN_NOT_FOUND: "No open run has this id; it is unknown, closed or expired.",
     ErrorCode.TOOL_EXECUTION_FAILED: "The tool failed while running.",
     ErrorCode.TOOL_TIMEOUT: "The tool did not finish within its time limit.",
@@ -98,6 +102,7 @@ RETRYABLE_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.DISPATCH_FAILED,
         ErrorCode.TOOL_TIMEOUT,
         ErrorCode.WORKER_LOST,
+        ErrorCode.TOOL_BUSY,
     }
 )
 
@@ -119,6 +124,7 @@ PREFLIGHT_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.RUN_BUDGET_EXHAUSTED,
         ErrorCode.STORE_UNAVAILABLE,
         ErrorCode.RUN_NOT_FOUND,
+        ErrorCode.TOOL_BUSY,
     }
 )
 

@@ -100,6 +100,11 @@ class RunContext(_Frozen):
     #: ``None`` means no limit.
     max_tool_calls: int | None = Field(default=None, ge=0)
     max_calls_per_tool: dict[str, int] = Field(default_factory=dict)
+    #: Whose calls these are, for fair turns between tenants at a limited tool (a safe id);
+    #: ``None``: the one shared tenant.
+    tenant: str | None = Field(default=None, pattern=SAFE_ID_PATTERN)
+    #: Order of this run's waiting calls within its tenant: higher first (default 0).
+    priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
 
     @field_validator("deadline")
     @classmethod
@@ -169,6 +174,10 @@ class CallProgress(_Frozen):
     attempt: int = 1
     started_at: datetime | None = None
     heartbeat_at: datetime | None = None
+    #: The call waits for a slot of its tool (fleet flow control): it has not started.
+    waiting: bool = False
+    #: While waiting: calls of the tool ahead of it in line (``None``: not known).
+    ahead: int | None = None
 
     @classmethod
     def of(cls, record: CanonicalRecord | None) -> CallProgress | None:

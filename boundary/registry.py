@@ -75,6 +75,19 @@ class RetryPolicy(BaseModel):
         return float(min(self.backoff_s * 2 ** max(attempts_made - 1, 0), self.max_backoff_s))
 
 
+class RateLimit(BaseModel):
+    """At most ``limit`` starts of a tool in any window of ``period_s`` seconds, across the
+    whole fleet, on the store's clock (a sliding window: never more in any such window)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    limit: int = Field(ge=1, le=1_000_000)
+    period_s: float = Field(gt=0, le=86_400)
+
+    def __str__(self) -> str:
+        return f"{self.limit}/{self.period_s:g}s"
+
+
 class ToolSpec(BaseModel):
     """One registered tool, declared once for every agent framework.
 
@@ -108,6 +121,16 @@ class ToolSpec(BaseModel):
     #: Runs of this tool at once per worker process (``None``: no bound of its own). Runs past
     #: it wait for a slot within their time limit, so a hung tool cannot hold every thread.
     max_concurrency: int | None = Field(default=None, ge=1)
+    #: Calls of this tool running at once across every worker and host (``None``: no bound).
+    #: A call past it is accepted and waits in the store, not as a Celery message.
+    concurrency: int | None = Field(default=None, ge=1)
+    #: Calls of this tool running at once per tenant (``RunContext.tenant``); ``None``: no bound.
+    tenant_concurrency: int | None = Field(default=None, ge=1)
+    #: Starts of this tool per period, fleet-wide (``None``: no bound).
+    rate_limit: RateLimit | None = None
+    #: Calls that may wait for a slot; past it a call is refused at submit with ``TOOL_BUSY``
+    #: (nothing created or charged). ``None``: no bound.
+    max_waiting: int | None = Field(default=None, ge=0)
 
     #: ``input_schema`` and its compiled validator: built once, reused by every call, and
     #: built again if the schema object is replaced (``model_copy(update=...)`` copies this).
@@ -123,6 +146,17 @@ class ToolSpec(BaseModel):
     def model_post_init(self, context: Any, /) -> None:
         if self.input_schema is not None:
             self._compiled = (self.input_schema, compile_schema(self.input_schema))
+
+    @property
+    def limited(self) -> bool:
+        """True when a call of this tool goes through the fleet's flow control (a slot, the
+        rate limit or the waiting line); a tool without limits pays no round trip for it."""
+        return (
+            self.concurrency is not None
+            or self.tenant_concurrency is not None
+            or self.rate_limit is not None
+            or self.max_waiting is not None
+        )
 
     @property
     def arguments_schema(self) -> dict[str, Any]:
@@ -146,7 +180,8 @@ class ToolSpec(BaseModel):
 
         The executor validates the arguments into the parameters' types and calls ``fn``
         with them as keywords; ``fn`` returns the JSON-able raw response. ``options`` are
-        the other fields (``heartbeat_timeout_s``, ``retry``, ``queue``, ``max_concurrency``).
+        the other fields (``heartbeat_timeout_s``, ``retry``, ``queue``, ``max_concurrency``,
+        ``concurrency``, ``tenant_concurrency``, ``rate_limit``, ``max_waiting``).
         """
         schema, executor = function_arguments(fn)
         return cls(

@@ -30,6 +30,11 @@ def policy_json(run: RunContext) -> str:
     """The run's canonical JSON: equal policies give equal text (sets are sorted)."""
     fields = run.model_dump(mode="json")
     fields["authorized_tools"] = sorted(fields["authorized_tools"])
+    # Left out at their defaults, so a run opened before they existed keeps its text.
+    if fields["tenant"] is None:
+        del fields["tenant"]
+    if fields["priority"] == 0:
+        del fields["priority"]
     return canonical_json(fields)
 
 

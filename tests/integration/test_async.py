@@ -202,6 +202,7 @@ def test_retryable_codes_are_the_infrastructure_and_time_failures() -> None:
         ErrorCode.DISPATCH_FAILED,
         ErrorCode.TOOL_TIMEOUT,
         ErrorCode.WORKER_LOST,
+        ErrorCode.TOOL_BUSY,
     } == RETRYABLE_CODES
     assert not ErrorCode.DUPLICATE_TOOL_CALL.retryable
 
