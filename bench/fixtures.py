@@ -30,7 +30,7 @@ def load_script(name: str) -> str:
 #: What each script answers on success, told apart by its SHA1 (as EVALSHA names it).
 _DONE: dict[str, Any] = {
     hashlib.sha1(load_script(name).encode()).hexdigest(): done
-    for name, done in (("create", [1, "0"]), ("store_raw", 1), ("seal", 1))
+    for name, done in (("create", [1, "0"]), ("store_raw", 1), ("seal", [1, ""]))
 }
 #: Calls queued before the pipeline is sent.
 BATCH_CALLS = 500
@@ -52,7 +52,7 @@ class DeferredScripts(redis.Redis):
     def flush(self) -> None:
         replies = self._pipe.execute(raise_on_error=False)
         for sha, reply in zip(self._shas, replies, strict=True):
-            # create: {1, seq}; seal: 1; store_raw: its write time (epoch ms, > 1).
+            # create: {1, seq}; seal: {1, tool}; store_raw: its write time (epoch ms, > 1).
             done = reply[0] == 1 if isinstance(_DONE[sha], list) else _positive(reply)
             if not done:
                 raise RuntimeError(f"a store script did not succeed: {reply!r}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from weakref import WeakKeyDictionary
 
 from boundary import telemetry
@@ -29,9 +30,11 @@ from boundary.call_steps import (
 from boundary.dispatch import adispatch_call
 from boundary.door import Door
 from boundary.errors import ErrorCode, StoreError
+from boundary.flow import Flow
 from boundary.models import (
     CallProgress,
     CanonicalKey,
+    CanonicalRecord,
     ObservedFacts,
     RunContext,
     Submission,
@@ -82,7 +85,9 @@ class AsyncCalls:
     ) -> Submission:
         """``ToolBoundary.asubmit``."""
         store = self.store()
-        if store is None:
+        if store is None or self._limited(envelope.tool_name):
+            # A limited tool's flow control runs on the sync store, on a thread (its slot,
+            # its place in line: two round trips at most).
             return await asyncio.to_thread(self.door.submit, envelope, run, replay=replay)
         # Many calls started at once: this loop iteration runs only its budget of first steps.
         await admission().turn()
@@ -111,6 +116,20 @@ class AsyncCalls:
             logger.warning("dispatch of %s failed; sealing DISPATCH_FAILED", key.identity)
             return await _seal_dispatch_failed(store, key)
         return Submission(key=key, accepted=True)
+
+    def _limited(self, tool: object) -> bool:
+        """True for a tool whose calls go through flow control (from memory)."""
+        flow = self.door.store.flow
+        return isinstance(flow, Flow) and isinstance(tool, str) and flow.limits(tool) is not None
+
+    async def progress(self, record: CanonicalRecord) -> CallProgress | None:
+        """A PROJECTING call's progress: a limited tool's call that has not started says it
+        waits for a slot (read on a thread), any other what its record says."""
+        flow = self.door.store.flow
+        if record.started_at is None and self._limited(record.tool_name):
+            assert isinstance(flow, Flow)
+            return await asyncio.to_thread(flow.progress, record)
+        return CallProgress.of(record)
 
     async def _dispatch(self, key: CanonicalKey, queue: str) -> None:
         """The dispatcher's own ``adispatch`` when it has one, else ``adispatch_call`` (its
@@ -141,7 +160,7 @@ class AsyncCalls:
         assert submission.key is not None
         # Dispatches end in batches (one wake-up per publishing batch): waits start in turn.
         await admission().turn()
-        return await await_outcome(store, submission.key, give_up)
+        return await await_outcome(store, submission.key, give_up, self.progress)
 
     async def aoutcome(
         self, run_id: str, tool_call_id: str, timeout: float | None = None
@@ -154,7 +173,7 @@ class AsyncCalls:
         store = self.store()
         if store is None:
             return await asyncio.to_thread(self.door.outcome, run_id, tool_call_id, timeout)
-        return await await_outcome(store, key, give_up)
+        return await await_outcome(store, key, give_up, self.progress)
 
     async def aobserve(self, run: RunContext | str) -> ObservedFacts:
         """``ToolBoundary.aobserve``."""
@@ -181,10 +200,16 @@ async def _seal_dispatch_failed(store: AsyncStore, key: CanonicalKey) -> Submiss
     return dispatch_failed(key, record)
 
 
-async def await_outcome(store: AsyncStore, key: CanonicalKey, give_up: float | None) -> ToolOutcome:
+async def await_outcome(
+    store: AsyncStore,
+    key: CanonicalKey,
+    give_up: float | None,
+    progress: Callable[[CanonicalRecord], Awaitable[CallProgress | None]] | None = None,
+) -> ToolOutcome:
     """Watches the call's seal, then reads the record; reads it again on every wake-up
     until it is sealed or ``give_up`` (monotonic) passes. The last read comes after the
-    last wait, so a wait that runs out returns the call's real state."""
+    last wait, so a wait that runs out returns the call's real state (its progress from
+    ``progress``, else from the record)."""
     try:
         async with store.watch(key) as watch:
             # Subscribed before the first read: a seal is seen by the read or by the watch.
@@ -199,7 +224,8 @@ async def await_outcome(store: AsyncStore, key: CanonicalKey, give_up: float | N
                 assert record is not None
                 left = time_left(give_up)
                 if left is not None and left <= 0:
-                    return ToolOutcome.running(key.tool_call_id, CallProgress.of(record))
+                    now = CallProgress.of(record) if progress is None else await progress(record)
+                    return ToolOutcome.running(key.tool_call_id, now)
                 await watch.wait(RECHECK_S if left is None else min(left, RECHECK_S))
                 # Seals come in bursts (one read of the notifier wakes every sealed call).
                 await admission().turn()

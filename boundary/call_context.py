@@ -84,6 +84,9 @@ class CallInfo:
     deadline: datetime | None
     #: Seconds left before the tool's time limit (or the run's deadline) ends it.
     time_left_s: float
+    #: When this attempt started, on the store's clock (for a rate-limited tool: the start
+    #: its tool's rate window counts).
+    started_at: datetime | None = None
 
 
 def progress_message(message: object) -> str | None:
@@ -128,8 +131,10 @@ class CallScope:
         heartbeat_timeout_s: float | None = None,
         interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        started_at: datetime | None = None,
     ) -> None:
         self.store = store
+        self.started_at = started_at
         self.key = key
         self.tool_name = tool_name
         self.attempt = attempt
@@ -159,6 +164,7 @@ class CallScope:
             attempt=self.attempt,
             deadline=self.deadline,
             time_left_s=self.time_left_s,
+            started_at=self.started_at,
         )
 
     def end(self, why: Ended) -> None:

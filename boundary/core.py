@@ -14,6 +14,7 @@ from collections.abc import Callable
 from boundary import sync_calls
 from boundary.aio_calls import AsyncCalls
 from boundary.dispatch import Dispatcher
+from boundary.flow import Flow
 from boundary.handle import DEFAULT_CALL_TIMEOUT_S, RunBoundary
 from boundary.models import (
     ObservedFacts,
@@ -24,6 +25,7 @@ from boundary.models import (
 )
 from boundary.progress import RunProgressProjector
 from boundary.registry import ToolRegistry
+from boundary.steps import AttemptSender
 from boundary.store.base import CanonicalStore, OpenRunStatus
 
 #: How long a call may stay PROJECTING (queue wait included) before the reaper may seal it,
@@ -73,6 +75,9 @@ class ToolBoundary:
         self.reap_grace_s = reap_grace_s
         self.poll_s = poll_s
         self.clock = clock
+        # Flow control (limited tools) on the store: its seals hand freed slots on, and the
+        # calls it hands a slot go out through this dispatcher (the store's first one wins).
+        Flow.install(store, registry, dispatcher if isinstance(dispatcher, AttemptSender) else None)
         self._aio = AsyncCalls(self)
 
     # --- Calls -----------------------------------------------------------------------------

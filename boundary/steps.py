@@ -23,6 +23,7 @@ from boundary.call_context import DEFAULT_HEARTBEAT_INTERVAL_S, CallCancelled, C
 from boundary.call_steps import outcome_from_record
 from boundary.diagnostics import Diagnostic, Stage
 from boundary.errors import ErrorCode, ToolTimeout
+from boundary.flow import Flow
 from boundary.handover import process_handover
 from boundary.limits import Limits, canonical_json, utf8_size
 from boundary.models import (
@@ -34,7 +35,7 @@ from boundary.models import (
     Projection,
     ToolOutcome,
 )
-from boundary.registry import ToolRegistry, ToolSpec
+from boundary.registry import DEFAULT_QUEUE, ToolRegistry, ToolSpec
 from boundary.store.base import CanonicalStore, ClaimStatus, WriteStatus
 from boundary.tool_threads import (
     DEFAULT_MAX_TOOL_THREADS,
@@ -54,6 +55,7 @@ __all__ = [
     "limit_tool_threads",
     "outcome_from_record",
     "project_step",
+    "send_attempt",
 ]
 
 logger = logging.getLogger(__name__)
@@ -210,6 +212,10 @@ def execute_step(
         return ExecuteResult.SEALED
     # The tool's own limit, cut short by the run's deadline (on the store's clock).
     now = now or claim.now or datetime.now(UTC)
+    # A rate-limited tool's start enters its rate window now (one round trip; none for a
+    # tool without limits).
+    flow = store.flow
+    started_at = flow.started(key, tool, attempt) if isinstance(flow, Flow) else None
     timeout_s = spec.timeout_s
     if record.deadline is not None:
         timeout_s = min(timeout_s, (record.deadline - now).total_seconds())
@@ -222,6 +228,7 @@ def execute_step(
         deadline=record.deadline,
         heartbeat_timeout_s=spec.heartbeat_timeout_s,
         interval_s=terms.heartbeat_interval_s,
+        started_at=started_at or claim.now,
     )
     timeouts: tuple[type[BaseException], ...] = (*timeout_errors, ToolTimeout)
     # A timeout the run's deadline caused is not retried (the next attempt would have no time
@@ -395,12 +402,43 @@ def _hand_on(
     if isinstance(moved, WriteStatus):
         return _NOT_STARTED.get(moved, ExecuteResult.SEALED)
     try:
-        terms.sender.send_attempt(key, attempt=moved, queue=spec.queue, countdown_s=backoff_s)
+        send_attempt(
+            store,
+            terms.sender,
+            key,
+            spec,
+            attempt=moved,
+            countdown_s=backoff_s,
+            keep=redispatch,
+        )
     except Exception:
         logger.error("attempt %d of %s not sent", moved, key.identity)
         return None
     logger.warning("call %s: attempt %d sent (in %.3gs)", key.identity, moved, backoff_s)
     return ExecuteResult.HANDED_ON
+
+
+def send_attempt(
+    store: CanonicalStore,
+    sender: AttemptSender,
+    key: CanonicalKey,
+    spec: ToolSpec | None,
+    *,
+    attempt: int,
+    countdown_s: float,
+    keep: bool,
+) -> None:
+    """Sends attempt ``attempt`` of a call (its record moved on to it): at once, or for a
+    limited tool, through its flow control (at once when a slot is free, else when its turn
+    comes; ``keep``: an attempt that never started keeps the slot it held). Raises when the
+    attempt cannot be sent or put in line."""
+    queue = spec.queue if spec is not None else DEFAULT_QUEUE
+    flow = store.flow
+    if isinstance(flow, Flow) and spec is not None:
+        handled = flow.requeue(key, spec.name, attempt=attempt, countdown_s=countdown_s, keep=keep)
+        if handled is not None:
+            return
+    sender.send_attempt(key, attempt=attempt, queue=queue, countdown_s=countdown_s)
 
 
 def _validated(value: object) -> Projection | ErrorCode:

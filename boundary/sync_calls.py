@@ -11,6 +11,7 @@ import time
 
 from boundary import telemetry
 from boundary.call_steps import (
+    Prepared,
     dispatch_failed,
     give_up_at,
     key_of,
@@ -24,6 +25,7 @@ from boundary.call_steps import (
 from boundary.dispatch import Revoker, dispatch_call
 from boundary.door import CallTerms
 from boundary.errors import ErrorCode, StoreError
+from boundary.flow import Flow
 from boundary.models import (
     CallProgress,
     CanonicalKey,
@@ -37,6 +39,7 @@ from boundary.models import (
     is_safe_id,
 )
 from boundary.store.base import WriteStatus
+from boundary.store.flow import Admitted, ToolLimits
 from boundary.store.seal_wait import SyncSealWatch
 
 logger = logging.getLogger(__name__)
@@ -51,6 +54,11 @@ def submit(
     if isinstance(prepared, Submission):
         return prepared
     key = prepared.key
+    flow = terms.store.flow
+    if isinstance(flow, Flow):
+        limits = flow.limits(prepared.create["tool_name"])
+        if limits is not None:
+            return _submit_limited(terms, flow, limits, prepared, envelope, run=run, replay=replay)
     try:
         created = terms.store.create(key, **prepared.create)
     except StoreError:
@@ -66,6 +74,65 @@ def submit(
         logger.warning("dispatch of %s failed; sealing DISPATCH_FAILED", key.identity)
         return seal_dispatch_failed(terms, key)
     return Submission(key=key, accepted=True)
+
+
+def _submit_limited(
+    terms: CallTerms,
+    flow: Flow,
+    limits: ToolLimits,
+    prepared: Prepared,
+    envelope: ToolCallEnvelope,
+    *,
+    run: RunContext,
+    replay: bool,
+) -> Submission:
+    """``submit`` of a tool under flow control: a slot (or a place in line) is asked for
+    before the record is created, so a call refused for a full line (TOOL_BUSY) leaves
+    nothing created or charged; one round trip more than an unlimited call when a slot is
+    free, two when the call must wait (it joins the line once its record exists)."""
+    key, tool = prepared.key, prepared.create["tool_name"]
+    try:
+        admitted = flow.admit(key, tool, limits, run).admitted
+        if admitted is Admitted.BUSY and terms.store.get(key, with_raw=False) is None:
+            return rejected(envelope, key, ErrorCode.TOOL_BUSY)
+    except StoreError:
+        return rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
+    # Only a ticket taken here is given back when the call is not created: one the same
+    # call already held (a duplicate) belongs to the first call.
+    taken = admitted in (Admitted.GRANTED, Admitted.WAITING)
+    try:
+        created = terms.store.create(key, **prepared.create)
+    except StoreError:
+        _withdraw(flow, key, tool, limits, taken)
+        return rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
+    refused = refuse(envelope, key, created, replay=replay)
+    if refused is not None:
+        _withdraw(flow, key, tool, limits, taken)
+        return refused
+    if admitted in (Admitted.GRANTED, Admitted.HOLDS):
+        try:
+            dispatch_call(terms.dispatcher, key, prepared.queue)
+        except Exception:
+            logger.warning("dispatch of %s failed; sealing DISPATCH_FAILED", key.identity)
+            return seal_dispatch_failed(terms, key)  # the seal gives the slot up
+        return Submission(key=key, accepted=True)
+    try:
+        # In line now; sent at once if a slot is free meanwhile (among the reply's grants).
+        flow.confirm(key, tool, limits)
+    except StoreError:
+        # Accepted all the same: the reaper puts a call admitted and never put in line in it.
+        logger.warning("flow control: %s not put in line (store); the reaper will", key.identity)
+    return Submission(key=key, accepted=True)
+
+
+def _withdraw(flow: Flow, key: CanonicalKey, tool: str, limits: ToolLimits, taken: bool) -> None:
+    if not taken:
+        return
+    try:
+        flow.release(key, tool, limits)
+    except StoreError:
+        # The reaper drops a slot or an admission whose record never came to exist.
+        logger.warning("flow control: %s not withdrawn (store)", key.identity)
 
 
 def seal_dispatch_failed(terms: CallTerms, key: CanonicalKey) -> Submission:
@@ -171,7 +238,7 @@ def await_outcome(
         left = time_left(give_up)
         if left is not None and left <= 0:
             if read:
-                return ToolOutcome.running(key.tool_call_id, CallProgress.of(record))
+                return ToolOutcome.running(key.tool_call_id, progress_of(terms, record))
             # Out of time before the first read (invoke's submit used it all): read once.
             read = True
             continue
@@ -189,6 +256,15 @@ def await_outcome(
             # The dispatcher cannot wait (it knows nothing of this call): poll the record
             # every slice rather than spin on it.
             poll_only = True
+
+
+def progress_of(terms: CallTerms, record: CanonicalRecord) -> CallProgress | None:
+    """A PROJECTING call's progress: its tool's, or (a limited tool's call that has not
+    started) that it waits for a slot, with the calls ahead of it."""
+    flow = terms.store.flow
+    if isinstance(flow, Flow):
+        return flow.progress(record)
+    return CallProgress.of(record)
 
 
 def _slice(terms: CallTerms, left: float | None) -> float:
@@ -234,7 +310,7 @@ def await_seal(
         left = time_left(give_up)
         if left is not None and left <= 0:
             if read:
-                return ToolOutcome.running(key.tool_call_id, CallProgress.of(record))
+                return ToolOutcome.running(key.tool_call_id, progress_of(terms, record))
             read = True  # out of time before the first read: read once
             continue
         read = True

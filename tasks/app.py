@@ -27,6 +27,8 @@ PROJECT = "tool_boundary.project"
 PROJECT_RUN = "tool_boundary.project_run"
 PROJECT_RUNS = "tool_boundary.project_runs"
 REAP = "tool_boundary.reap"
+#: Hands a limited tool's free slots to its line when the rate limit allows (scheduled).
+FLOW_WAKE = "tool_boundary.flow_wake"
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -63,6 +65,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             PROJECT_RUN: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
             PROJECT_RUNS: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
             REAP: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
+            FLOW_WAKE: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
         },
         "task_acks_late": True,
         "worker_prefetch_multiplier": 1,

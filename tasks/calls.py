@@ -21,6 +21,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome, telemetry
+from boundary.flow import Flow
 from boundary.steps import (
     AttemptTerms,
     ExecuteResult,
@@ -30,13 +31,13 @@ from boundary.steps import (
     project_step,
 )
 from boundary.tool_threads import on_tool_threads_exhausted, run_inline_here
-from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, REAP, app
+from tasks.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, REAP, app
 from tasks.dispatcher import CeleryDispatcher
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.failures import CodeOnlyFailures, ToolCallFailed
 from tasks.pool import ChildHost, InlineThreadPool
 from tasks.reaper import Retries, reap_once
-from tasks.runtime import get_runtime
+from tasks.runtime import Runtime, get_runtime
 from tasks.server_check import check_store_server
 from tasks.startup import StartupUnavailable, wait_for_services, worker_services
 
@@ -85,6 +86,15 @@ def attempt_sender() -> CeleryDispatcher:
     return _sender
 
 
+def worker_runtime() -> Runtime:
+    """The process's runtime, its store's flow control installed (the calls it hands a slot
+    are sent by this process's sender)."""
+    runtime = get_runtime()
+    if runtime.store.flow is None:
+        Flow.install(runtime.store, runtime.registry, attempt_sender())
+    return runtime
+
+
 def attempt_terms() -> AttemptTerms:
     settings = get_runtime().settings
     return AttemptTerms(
@@ -126,7 +136,7 @@ def execute_tool(task: Any, run_id: str, tool_call_id: str, attempt: int = 1) ->
     if key is None:
         return "INVALID_KEY"
     try:
-        runtime = get_runtime()
+        runtime = worker_runtime()
         terms = attempt_terms()
         with telemetry.worker_step(telemetry.EXECUTE, key, task.request):
             executed = retrying(
@@ -175,7 +185,7 @@ def project_result(
     if report:
         return _report_sealed(key)
     try:
-        runtime = get_runtime()
+        runtime = worker_runtime()
         timeout_s = runtime.settings.projection_timeout_s
         with telemetry.worker_step(telemetry.PROJECT, key, project_result.request) as step:
             outcome = retrying(
@@ -201,7 +211,7 @@ def project_result(
 def _report_sealed(key: CanonicalKey) -> dict[str, Any]:
     """The project step of a call the watchdog sealed: reports the record's outcome."""
     try:
-        record = retrying(lambda: get_runtime().store.get(key, with_raw=False))
+        record = retrying(lambda: worker_runtime().store.get(key, with_raw=False))
     except Exception as exc:
         logger.error("project %s failed: %s", key.identity, type(exc).__name__)
         return {}
@@ -255,7 +265,7 @@ def reap_stuck_calls() -> dict[str, int]:
     """Re-projects each call past its reap time whose raw response is kept; seals the others
     ERROR/WORKER_LOST (see ``tasks.reaper``)."""
     try:
-        runtime = get_runtime()
+        runtime = worker_runtime()
         settings = runtime.settings
         retries = Retries(
             registry=runtime.registry,
@@ -277,6 +287,19 @@ def reap_stuck_calls() -> dict[str, int]:
     return reaped.as_dict()
 
 
+@app.task(name=FLOW_WAKE, ignore_result=True)
+def wake_flow(tool: str) -> int:
+    """Hands a limited tool's free slots to its line (scheduled for when its rate limit lets
+    the next call start); the number of calls sent."""
+    try:
+        flow = worker_runtime().store.flow
+        return flow.pump(tool) if isinstance(flow, Flow) else 0
+    except Exception as exc:
+        # The reaper's pass pumps every limited tool: the next one does what this could not.
+        logger.error("flow wake-up failed: %s", type(exc).__name__)
+        return 0
+
+
 @signals.task_failure.connect(sender=execute_tool)
 def _seal_when_retries_run_out(
     sender: Any = None,
@@ -293,7 +316,7 @@ def _seal_when_retries_run_out(
     if key is None:
         return
     try:
-        get_runtime().store.seal_error(key, ErrorCode.WORKER_LOST)
+        worker_runtime().store.seal_error(key, ErrorCode.WORKER_LOST)
     except StoreError:
         logger.error("could not seal %s WORKER_LOST; the reaper will", key.identity)
     logger.warning("call %s sealed WORKER_LOST after its retries ran out", key.identity)

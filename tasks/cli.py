@@ -39,6 +39,7 @@ from tasks.commands.interrupts import (
     on_sigint,
     was_interrupted,
 )
+from tasks.commands.limits import limits_app
 from tasks.commands.records import observe, runs, show
 from tasks.commands.watch import watch
 from tasks.exits import (
@@ -202,6 +203,7 @@ cli.command()(interruptible(show))
 cli.command()(interruptible(runs))
 cli.command()(interruptible(observe))
 cli.command()(interruptible(watch))
+cli.add_typer(limits_app)
 cli.command(name="reproject")(interruptible(reproject_command))
 cli.command()(interruptible(demo))
 cli.command("mcp")(mcp_command)

@@ -10,7 +10,7 @@ from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
-from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
+from tasks.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.failures import ToolCallFailed
 from tasks.publisher import PublishThread, SentEvents, publisher_app
 from tasks.results import RecordResults
@@ -166,6 +166,22 @@ class CeleryDispatcher:
             )
         except Exception:
             # kombu's errors name the broker URL: none of it goes further.
+            raise DispatchError() from None
+
+    def schedule_wake(self, tool: str, delay_s: float) -> None:
+        """Sends the task that hands the tool's free slots to its line in ``delay_s`` (the
+        rate limit's next opening; ``boundary.flow.WakeScheduler``). Its one argument is the
+        tool's name, which Flower may show."""
+        try:
+            self.publisher.send_task(
+                FLOW_WAKE,
+                args=(tool,),
+                queue=self.projections_queue,
+                countdown=delay_s,
+                argsrepr=repr((tool,)),
+                ignore_result=True,
+            )
+        except Exception:
             raise DispatchError() from None
 
     def revoke(self, key: CanonicalKey) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from celery import signals
 
 from boundary import telemetry
+from boundary.flow import Flow
 from boundary.telemetry import Metric
 
 logger = logging.getLogger(__name__)
@@ -74,10 +75,18 @@ class StoreGauges:
 
         values = telemetry.read_gauges()
         for metric in telemetry.METRICS.values():
-            if metric.kind == "gauge" and metric.name in values:
-                yield GaugeMetricFamily(
-                    metric.prometheus, metric.description, value=values[metric.name]
+            if metric.kind != "gauge" or metric.name not in values:
+                continue
+            value = values[metric.name]
+            if isinstance(value, Mapping):
+                family = GaugeMetricFamily(
+                    metric.prometheus, metric.description, labels=list(metric.labels)
                 )
+                for tool, n in value.items():
+                    family.add_metric([tool], n)
+                yield family
+            else:
+                yield GaugeMetricFamily(metric.prometheus, metric.description, value=value)
 
 
 def _multiprocess_dir() -> tuple[Path, bool]:
@@ -137,13 +146,21 @@ def _serve_metrics(**_: Any) -> None:
         # traceback from here would only repeat it (or carry a URL).
         return
     store = runtime.store
+    flow = Flow(store, runtime.registry, None)
 
-    def gauges() -> dict[str, float]:
-        values = {telemetry.PROJECTING.name: float(store.count_projecting() or 0)}
+    def gauges() -> dict[str, telemetry.GaugeValue]:
+        values: dict[str, telemetry.GaugeValue] = {
+            telemetry.PROJECTING.name: float(store.count_projecting() or 0)
+        }
         lag = store.heartbeat_lag_s()
         # No call running: no lag to report (not a lag of 0).
         if lag is not None:
             values[telemetry.HEARTBEAT_LAG.name] = lag
+        # From each limited tool's own keys (one script each), never a scan.
+        statuses = [flow.status(tool) for tool in flow.limited_tools()]
+        if statuses:
+            values[telemetry.CALLS_RUNNING.name] = {s.tool: float(s.running) for s in statuses}
+            values[telemetry.CALLS_WAITING.name] = {s.tool: float(s.waiting) for s in statuses}
         return values
 
     telemetry.set_gauge_source(gauges)

@@ -17,9 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from boundary import CanonicalKey, ErrorCode, ToolRegistry, telemetry
-from boundary.registry import DEFAULT_QUEUE
-from boundary.steps import AttemptSender
+from boundary.flow import Flow
+from boundary.steps import AttemptSender, send_attempt
 from boundary.store import CanonicalStore, ReapDecision, WriteStatus
+from boundary.store.flow import FlowStanding
+from tasks.flow_sweep import sweep_flow
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +95,9 @@ def reap_once(
             continue
         if store.seal_error(key, ErrorCode.WORKER_LOST) is WriteStatus.OK:
             sealed += 1
+    flow = store.flow
+    if retries is not None and isinstance(flow, Flow):
+        sweep_flow(store, flow, retries)
     if sealed or reprojected or retried:
         logger.warning(
             "reaper: %d call(s) sealed WORKER_LOST, %d re-projected, %d sent again",
@@ -111,6 +116,8 @@ def _next_attempt(store: CanonicalStore, key: CanonicalKey, retries: Retries) ->
     if state is None or state.has_raw:
         return state is None  # sealed or gone meanwhile: nothing to seal
     spec = retries.registry.get(state.tool_name)
+    if not state.started and _waits_for_slot(store, key, state.tool_name, retries):
+        return True
     if not state.started:
         # Nothing ran: safe to send again whatever the policy, a bounded number of times.
         if state.redispatches >= retries.max_redispatches:
@@ -129,9 +136,16 @@ def _next_attempt(store: CanonicalStore, key: CanonicalKey, retries: Retries) ->
     )
     if isinstance(moved, WriteStatus):
         return True  # sealed, projected or moved on by someone else meanwhile
-    queue = spec.queue if spec is not None else DEFAULT_QUEUE
     try:
-        retries.sender.send_attempt(key, attempt=moved, queue=queue, countdown_s=backoff_s)
+        send_attempt(
+            store,
+            retries.sender,
+            key,
+            spec,
+            attempt=moved,
+            countdown_s=backoff_s,
+            keep=redispatch,
+        )
     except Exception as exc:
         # The record waits for attempt ``moved``; unsent, it is due again after its queue
         # wait and is then re-sent (bounded) or sealed.
@@ -139,3 +153,21 @@ def _next_attempt(store: CanonicalStore, key: CanonicalKey, retries: Retries) ->
         return True
     logger.warning("call %s lost: attempt %d sent", key.identity, moved)
     return True
+
+
+def _waits_for_slot(store: CanonicalStore, key: CanonicalKey, tool: str, retries: Retries) -> bool:
+    """A limited tool's call that never started because it waits for a slot is not lost:
+    its reap time moves on (one admitted and never put in line is put there). ``True`` when
+    the call is left to its line."""
+    flow = store.flow
+    limits = flow.limits(tool) if isinstance(flow, Flow) else None
+    if limits is None or not isinstance(flow, Flow):
+        return False
+    state = flow.ops.state(tool, limits, key)
+    if state.standing is FlowStanding.ADMITTED:
+        flow.confirm(key, tool, limits)
+        return True
+    if state.standing is FlowStanding.WAITS:
+        store.defer_reap(key, reap_after_s=retries.max_pending_s, reap_grace_s=retries.reap_grace_s)
+        return True
+    return False

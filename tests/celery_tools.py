@@ -17,6 +17,7 @@ from boundary import (
     current_call,
     heartbeat,
 )
+from tests import flow_tools
 
 #: Text that must never reach an agent, a task result or Flower.
 SECRET = "sk-live-SECRET-7f3a9c"
@@ -325,6 +326,9 @@ def build_registry() -> ToolRegistry:
             spec("hang", hang, timeout_s=0.3, max_concurrency=2),
             spec("hang_unbounded", hang, timeout_s=0.3),
             spec("long_lookup", lookup, queue="long"),
+            # Fleet flow control: one at once; ``held`` calls hold the one slot.
+            spec("held_slot", held, timeout_s=9.0, concurrency=1),
+            *flow_tools.build_specs(),
         ]
     )
 

@@ -220,8 +220,11 @@ def snapshot(redis_client: redis.Redis, key: str) -> tuple[dict[bytes, bytes], b
 
 
 @contextmanager
-def monitored(redis_client: redis.Redis, timeout_s: float = 10.0) -> Iterator[list[str]]:
-    """Collects every command the server runs on the test DB (Lua calls included), lower-cased.
+def monitored(
+    redis_client: redis.Redis, timeout_s: float = 10.0, *, round_trips: bool = False
+) -> Iterator[list[str]]:
+    """Collects every command the server runs on the test DB (Lua calls included, unless
+    ``round_trips``: then only the commands clients sent), lower-cased.
 
     MONITOR sees exactly what was run, on our DB only: unlike INFO commandstats, other
     processes using other DBs of the same server cannot disturb it. The list is complete when
@@ -239,6 +242,8 @@ def monitored(redis_client: redis.Redis, timeout_s: float = 10.0) -> Iterator[li
             if entry is None:
                 continue
             if entry["db"] != db:
+                continue
+            if round_trips and entry.get("client_type") == "lua":
                 continue
             if entry["command"].lower() == f"echo {marker}":
                 return

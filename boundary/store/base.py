@@ -22,6 +22,7 @@ from boundary.models import (
 )
 
 if TYPE_CHECKING:
+    from boundary.store.flow_hooks import FlowHooks
     from boundary.store.notify import Watch
 
 #: Default record TTL, in seconds.
@@ -248,6 +249,9 @@ class CanonicalStore(ABC):
 
     limits: Limits
     ttl_s: float
+    #: The fleet flow control of this process, told of every seal (``boundary.flow``);
+    #: ``None`` for a store without it.
+    flow: FlowHooks | None = None
 
     @abstractmethod
     def create(self, key: CanonicalKey, **terms: Unpack[CreateTerms]) -> CreateResult:
@@ -361,6 +365,12 @@ class CanonicalStore(ABC):
     def attempt_state(self, key: CanonicalKey) -> AttemptState | None:
         """The PROJECTING call's attempts; ``None`` when sealed, missing or expired."""
         return None
+
+    def defer_reap(self, key: CanonicalKey, *, reap_after_s: float, reap_grace_s: float) -> bool:
+        """A call that waits for a slot of its limited tool is not lost: its reap time moves
+        ``reap_after_s`` on (never past its deadline + ``reap_grace_s``). ``False`` when it
+        is not PROJECTING or its tool started."""
+        return False
 
     def requeue_due(
         self, key: CanonicalKey, *, retry_after_s: float, max_reprojections: int

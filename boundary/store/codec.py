@@ -300,9 +300,16 @@ def seal_args(
     return run_keys, argv
 
 
-def seal_result(code: Any) -> WriteStatus:
+def seal_result(reply: Any) -> WriteStatus:
     """``seal.lua``'s reply as a write status."""
-    if int(code) == -2:
+    return seal_reply(reply)[0]
+
+
+def seal_reply(reply: Any) -> tuple[WriteStatus, str | None]:
+    """``seal.lua``'s reply: the write status, and the sealed call's tool when it sealed."""
+    if isinstance(reply, list):
+        return WriteStatus.OK, str(reply[1]) or None
+    if int(reply) == -2:
         # The combination broke the lifecycle table: a bug in the caller, not bad input.
         raise ValueError("invalid seal: status, evidence status and error code disagree")
-    return WRITE_CODES[int(code)]
+    return WRITE_CODES[int(reply)], None

@@ -3,6 +3,9 @@ each Lua script of a run touches one Redis Cluster slot."""
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from boundary.models import CanonicalKey
 
 #: Prefix of every key this project writes.
@@ -75,3 +78,44 @@ def mcp_tasks_key(owner: str) -> str:
     """One owner's MCP task ids, newest last (a sorted set, all scores 0, members
     ``<created_ms:013d>:<task_id>`` so lexical order is creation order)."""
     return f"{PREFIX}:mcp-tasks:{owner}"
+
+
+#: The parts of one tool's flow control (``lua/flow/_prelude.lua`` says what each holds), in
+#: the order every flow script takes them as KEYS.
+FLOW_PARTS = (
+    "running",
+    "leases",
+    "tenants",
+    "starts",
+    "waiting",
+    "queue",
+    "ready",
+    "unconfirmed",
+    "deadlines",
+    "conf",
+    "meta",
+    "unsent",
+)
+
+#: A tool name used as its hash tag as it is; any other is hashed (a brace would move the tag).
+_PLAIN_TOOL = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def flow_tag(tool: str) -> str:
+    """The hash tag of a tool's flow-control keys: its name, or ``~`` and a digest of it
+    when the name holds other characters (``~`` keeps the two kinds apart)."""
+    if _PLAIN_TOOL.fullmatch(tool):
+        return tool
+    return "~" + hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def flow_keys(tool: str) -> list[str]:
+    """One tool's flow-control keys, all in the tool's hash slot."""
+    tag = flow_tag(tool)
+    return [f"{PREFIX}:flow:{{{tag}}}:{part}" for part in FLOW_PARTS]
+
+
+#: Run-time overrides of tools' limits (a hash: tool name -> the override as JSON), written by
+#: ``tool-boundary limits set``: how every process learns which tools have one. The tool's own
+#: ``conf`` key holds the same override for its scripts. Touched alone (one Cluster slot).
+FLOW_OVERRIDES = f"{PREFIX}:flow-overrides"

@@ -54,11 +54,13 @@ from boundary.store.codec import (
     progress_member,
     raw_result,
     seal_args,
-    seal_result,
+    seal_reply,
     with_in_flight,
 )
+from boundary.store.flow_hooks import FlowHooks
 from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
+from boundary.store.redis_flow import RedisFlow
 from boundary.store.redis_memory import DEFAULT_MEMORY_WATERMARK, MemoryWatermark
 from boundary.store.redis_runs import RedisRuns
 from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier, SyncSealWatch
@@ -168,6 +170,11 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         self._unindex_run = client.register_script(_UNINDEX_RUN)
         self._index_runs = client.register_script(_INDEX_RUN)
         self._runs = RedisRuns(client, ttl_s, self._now_ms)
+        #: Fleet flow control's scripts (one tool's slots, rate and line).
+        self.flow_ops = RedisFlow(client)
+        #: The flow control this process applies (``boundary.flow.Flow.install``): told of
+        #: every seal, so a limited tool's slot is given up by whichever step sealed the call.
+        self.flow: FlowHooks | None = None
         self._register_attempt_scripts()
         self._notifier: SyncSealNotifier | None = None
         self._notifier_lock = threading.Lock()
@@ -306,8 +313,12 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
     def seal(self, key: CanonicalKey, **terms: Unpack[SealTerms]) -> WriteStatus:
         run_keys, argv = seal_args(key, terms, now_ms=self._now_ms(), index=not self._cluster)
         with _translated():
-            code = self._replicated(self._seal, run_keys, argv)
-        return seal_result(code)
+            reply = self._replicated(self._seal, run_keys, argv)
+        written, tool = seal_reply(reply)
+        flow = self.flow
+        if flow is not None and tool is not None:
+            flow.sealed(key, tool)
+        return written
 
     def get(self, key: CanonicalKey, *, with_raw: bool = True) -> CanonicalRecord | None:
         with _translated():

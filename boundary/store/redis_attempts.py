@@ -16,6 +16,7 @@ from boundary.store.codec import WRITE_CODES, decode_record, from_ms, timed_resu
 _CLAIM = load_script("claim")
 _HEARTBEAT = load_script("heartbeat")
 _RETRY = load_script("retry")
+_DEFER = load_script("defer")
 
 _CLAIM_CODES = {
     0: ClaimStatus.MISSING,
@@ -46,6 +47,7 @@ class RedisAttempts:
         self._claim = self.client.register_script(_CLAIM)
         self._heartbeat = self.client.register_script(_HEARTBEAT)
         self._retry = self.client.register_script(_RETRY)
+        self._defer = self.client.register_script(_DEFER)
 
     def claim(
         self, key: CanonicalKey, *, attempt: int, heartbeat_timeouts: Mapping[str, float]
@@ -102,6 +104,12 @@ class RedisAttempts:
         with translated():
             code = int(self._retry(keys=run_keys, args=argv))
         return code if code > 1 else WRITE_CODES[code]
+
+    def defer_reap(self, key: CanonicalKey, *, reap_after_s: float, reap_grace_s: float) -> bool:
+        run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
+        argv: list[str | int] = [key.identity, _ms(reap_after_s), int(reap_grace_s * 1000)]
+        with translated():
+            return int(self._defer(keys=run_keys, args=argv)) == 1
 
     def attempt_state(self, key: CanonicalKey) -> AttemptState | None:
         record = keys.record_key(key)

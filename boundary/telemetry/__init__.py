@@ -28,14 +28,18 @@ from opentelemetry.trace import TracerProvider
 from boundary.telemetry import metrics as _metrics
 from boundary.telemetry import spans as _spans
 from boundary.telemetry.metrics import (
+    GaugeValue,
     MetricSink,
     add_sink,
     read_gauges,
     reaped,
     record,
     set_gauge_source,
+    slot_waited,
 )
 from boundary.telemetry.names import (
+    CALLS_RUNNING,
+    CALLS_WAITING,
     EXECUTE,
     HEARTBEAT_LAG,
     METRICS,
@@ -75,12 +79,15 @@ def configure(
 
 
 __all__ = [
+    "CALLS_RUNNING",
+    "CALLS_WAITING",
     "EXECUTE",
     "HEARTBEAT_LAG",
     "METRICS",
     "PROJECT",
     "PROJECTING",
     "SECONDS_BUCKETS",
+    "GaugeValue",
     "Metric",
     "MetricSink",
     "WorkerStep",
@@ -91,6 +98,7 @@ __all__ = [
     "record",
     "sealed",
     "set_gauge_source",
+    "slot_waited",
     "step_record",
     "stored",
     "tool_starts",

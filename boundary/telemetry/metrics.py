@@ -21,6 +21,7 @@ from boundary.telemetry.names import (
     REAPER_SEALS,
     SCOPE,
     SECONDS_BUCKETS,
+    SLOT_WAIT,
     Metric,
 )
 
@@ -31,8 +32,10 @@ class MetricSink(Protocol):
     def record(self, metric: Metric, value: float, labels: Mapping[str, str]) -> None: ...
 
 
+#: A gauge's value: one number, or one per tool (a gauge labelled by ``tool``).
+GaugeValue = float | Mapping[str, float]
 #: What the gauges read when observed (``set_gauge_source``): metric name -> value.
-GaugeSource = Callable[[], Mapping[str, float]]
+GaugeSource = Callable[[], Mapping[str, GaugeValue]]
 _gauge_source: GaugeSource | None = None
 
 
@@ -43,7 +46,7 @@ def set_gauge_source(source: GaugeSource | None) -> None:
     _gauge_source = source
 
 
-def read_gauges() -> Mapping[str, float]:
+def read_gauges() -> Mapping[str, GaugeValue]:
     """The gauges' values now; empty without a source or when the source fails."""
     source = _gauge_source
     if source is None:
@@ -58,7 +61,11 @@ def read_gauges() -> Mapping[str, float]:
 def _observe(metric: Metric) -> Callable[[CallbackOptions], Iterable[Observation]]:
     def observe(_: CallbackOptions) -> Iterable[Observation]:
         value = read_gauges().get(metric.name)
-        return [] if value is None else [Observation(value)]
+        if value is None:
+            return []
+        if isinstance(value, Mapping):
+            return [Observation(v, {"tool": tool}) for tool, v in value.items()]
+        return [Observation(value)]
 
     return observe
 
@@ -123,3 +130,8 @@ def reaped(*, sealed: int, reprojected: int) -> None:
         record(REAPER_SEALS, sealed)
     if reprojected:
         record(REAPER_REPROJECTIONS, reprojected)
+
+
+def slot_waited(tool: str, seconds: float) -> None:
+    """A limited tool's call was handed a slot after waiting ``seconds`` in line."""
+    record(SLOT_WAIT, seconds, tool=tool)

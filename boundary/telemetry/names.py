@@ -120,6 +120,31 @@ HEARTBEAT_LAG = Metric(
     "Longest time since a running call's last heartbeat (or start)",
 )
 
+CALLS_RUNNING = Metric(
+    "tool_boundary.calls.running",
+    "tool_boundary_calls_running",
+    "gauge",
+    "{call}",
+    "Calls of a limited tool holding one of its slots (fleet-wide, from its flow control)",
+    (TOOL,),
+)
+CALLS_WAITING = Metric(
+    "tool_boundary.calls.waiting",
+    "tool_boundary_calls_waiting",
+    "gauge",
+    "{call}",
+    "Calls of a limited tool waiting for a slot (fleet-wide, from its flow control)",
+    (TOOL,),
+)
+SLOT_WAIT = Metric(
+    "tool_boundary.slot_wait.duration",
+    "tool_boundary_slot_wait_seconds",
+    "histogram",
+    "s",
+    "Time a limited tool's call waited in line for a slot",
+    (TOOL,),
+)
+
 #: Every metric, by OpenTelemetry name.
 METRICS: dict[str, Metric] = {
     m.name: m
@@ -133,6 +158,9 @@ METRICS: dict[str, Metric] = {
         REAPER_REPROJECTIONS,
         PROJECTING,
         HEARTBEAT_LAG,
+        CALLS_RUNNING,
+        CALLS_WAITING,
+        SLOT_WAIT,
     )
 }
 

@@ -32,7 +32,7 @@ from tasks.commands.common import (
     require_id,
     settings_or_fail,
 )
-from tasks.commands.watch import call_view
+from tasks.commands.watch import call_view, progress_of
 from tasks.exits import EXIT_NOT_FOUND
 from tasks.runs import observe_run
 
@@ -72,6 +72,7 @@ _SHOWN_FIELDS = (
     "heartbeat_at",
     "progress",
     "progress_message",
+    "waiting",
     "request",
     "request_sha256",
     "agent_result",
@@ -99,10 +100,17 @@ def show(
     )
     settings = settings_or_fail()
     with reaching(settings):
-        record = open_store(settings).get(key)
+        store = open_store(settings)
+        record = store.get(key)
+        waiting = None
+        if record is not None and record.status is InvocationStatus.PROJECTING:
+            progress = progress_of(store, record)
+            waiting = progress.message if progress is not None and progress.waiting else None
     if record is None:
         fail(f"no record for call {call_id} of run {run_id} (RECORD_NOT_FOUND)", EXIT_NOT_FOUND)
     fields = _record_json(record, raw)
+    # A limited tool's call waiting for a slot: "waiting for a slot (3 ahead)".
+    fields["waiting"] = waiting
     if as_json:
         typer.echo(dumps(fields))
         return
@@ -136,7 +144,9 @@ RUNNING_SHOWN = 3
 def _running_text(views: list[dict[str, Any]]) -> str:
     parts = []
     for view in views[:RUNNING_SHOWN]:
-        done = "queued" if not view["started"] else "started"
+        done = "started" if view["started"] else "queued"
+        if view["waiting"]:
+            done = "waiting" if view["ahead"] is None else f"waiting ({view['ahead']} ahead)"
         if view["fraction"] is not None:
             done = f"{view['fraction']:.0%}"
         parts.append(f"{view['tool_call_id']} {done}")
@@ -157,7 +167,7 @@ def runs(as_json: JsonFlag = False) -> None:
     now = datetime.now(UTC)
     running = {
         run_id: [
-            call_view(e.record, now)
+            call_view(e.record, now, progress_of(store, e.record))
             for e in run_entries
             if e.record is not None and e.record.status is InvocationStatus.PROJECTING
         ]

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.text import Text
 
 from boundary import CallProgress, CanonicalRecord, InvocationStatus, RedisCanonicalStore
+from boundary.flow import waiting_progress
 from tasks.commands.common import (
     JsonFlag,
     RunArg,
@@ -44,14 +45,28 @@ def _age(moment: datetime | None, now: datetime) -> str:
     return "-" if moment is None else f"{max((now - moment).total_seconds(), 0):.0f}s"
 
 
-def call_view(record: CanonicalRecord, now: datetime) -> dict[str, Any]:
-    """What ``watch`` (and ``runs``) say of one running call: never its request or raw."""
-    progress = CallProgress.of(record)
+def progress_of(store: RedisCanonicalStore, record: CanonicalRecord) -> CallProgress | None:
+    """A running call's progress; for one not started, whether it waits for a slot of its
+    limited tool (one read of the tool's flow control)."""
+    if record.started_at is None:
+        return waiting_progress(store.flow_ops, record)
+    return CallProgress.of(record)
+
+
+def call_view(
+    record: CanonicalRecord, now: datetime, progress: CallProgress | None = None
+) -> dict[str, Any]:
+    """What ``watch`` (and ``runs``) say of one running call: never its request or raw.
+    ``progress``: as ``progress_of`` read it (else the record's own)."""
+    if progress is None:
+        progress = CallProgress.of(record)
     return {
         "tool_call_id": record.tool_call_id,
         "tool_name": record.tool_name,
         "attempt": record.attempt,
-        "started": progress is not None,
+        "started": record.started_at is not None,
+        "waiting": bool(progress and progress.waiting),
+        "ahead": progress.ahead if progress else None,
         "fraction": progress.fraction if progress else None,
         "message": progress.message if progress else None,
         "running_s": None
@@ -73,7 +88,7 @@ def _bars(views: list[dict[str, Any]], now: datetime, records: list[CanonicalRec
     for view, record in zip(views, records, strict=True):
         fraction = view["fraction"]
         if not view["started"]:
-            note = "queued"
+            note = view["message"] if view["waiting"] else "queued"
         else:
             beat = _age(record.heartbeat_at, now)
             note = f"attempt {view['attempt']}, running {_age(record.started_at, now)}"
@@ -118,7 +133,8 @@ def watch(
                 if not records:
                     break
                 now = datetime.now(UTC)
-                live.update(_bars([call_view(r, now) for r in records], now, records))
+                views = [call_view(r, now, progress_of(store, r)) for r in records]
+                live.update(_bars(views, now, records))
                 live.refresh()
                 time.sleep(interval)
         summary = store.run_summary(run_id)
@@ -132,7 +148,8 @@ def _watch_json(store: RedisCanonicalStore, run_id: str, interval: float) -> Non
     while True:
         now = datetime.now(UTC)
         records = in_flight(store, run_id)
-        typer.echo(dumps({"run_id": run_id, "running": [call_view(r, now) for r in records]}))
+        views = [call_view(r, now, progress_of(store, r)) for r in records]
+        typer.echo(dumps({"run_id": run_id, "running": views}))
         if not records:
             return
         time.sleep(interval)

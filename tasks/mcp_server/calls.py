@@ -22,6 +22,7 @@ from boundary import (
     ToolCallEnvelope,
     ToolOutcome,
 )
+from boundary.flow import Flow
 from boundary.steps import outcome_from_record
 from boundary.store.redis_tasks import RedisTaskIndex, TaskEntry
 
@@ -34,6 +35,9 @@ class TaskState:
     record: CanonicalRecord
     outcome: ToolOutcome | None
     ttl_ms: int | None
+    #: What a working task's ``statusMessage`` says: the tool's last heartbeat message, or
+    #: for a limited tool's call that waits, "waiting for a slot (N ahead)".
+    status_message: str | None = None
 
     @property
     def created_at(self) -> datetime:
@@ -84,7 +88,14 @@ class BoundaryCalls:
         record = store.get(key, with_raw=False)
         if record is None:
             return None
-        return TaskState(record, outcome_from_record(record), store.ttl_ms(key))
+        outcome = outcome_from_record(record)
+        message = record.progress_message
+        flow = store.flow
+        if outcome is None and isinstance(flow, Flow):
+            progress = flow.progress(record)
+            if progress is not None and progress.waiting:
+                message = progress.message
+        return TaskState(record, outcome, store.ttl_ms(key), message)
 
     async def cancel(self, key: CanonicalKey) -> ToolOutcome:
         return await asyncio.to_thread(self.boundary.cancel, key.run_id, key.tool_call_id)

@@ -102,9 +102,10 @@ def task_fields(
     record = state.record
     if status == "cancelled":
         fields["statusMessage"] = ErrorCode.CANCELLED.message
-    elif status == "working" and record.progress_message:
-        # The tool's own status line (heartbeat(message=...)), documented as agent-visible.
-        fields["statusMessage"] = record.progress_message
+    elif status == "working" and state.status_message:
+        # The tool's own status line (heartbeat(message=...)), documented as agent-visible,
+        # or that the call waits for a slot of its limited tool.
+        fields["statusMessage"] = state.status_message
     elif status == "completed" and state.outcome is not None:
         result = tool_result(state.outcome, ids_meta(record.run_id, record.tool_call_id))
         fields["result"] = result.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -127,8 +127,8 @@ def status_of(outcome: ToolOutcome | None, progress_message: str | None) -> tupl
 
 
 def progress_message(state: TaskState) -> str | None:
-    """The tool's last heartbeat message, when the record carries one."""
-    return state.record.progress_message or None
+    """The tool's last heartbeat message (or that the call waits for a slot), if any."""
+    return state.status_message or None
 
 
 def task_of(entry: TaskEntry, state: TaskState, poll_interval_ms: int) -> dict[str, Any]:

@@ -21,8 +21,9 @@
 -- ARGV[11] = created_at (epoch ms) of the record the caller read, or absent/"" for any: a
 --            record under the same ids created at another time is another call's
 --
--- Returns 1 sealed; 0 missing or expired; -1 not PROJECTING; -2 status/evidence/code invalid;
--- -3 not the record the caller read (ARGV[11]).
+-- Returns {1, tool_name} sealed (the tool, so a limited tool's slot can be given up); 0 missing
+-- or expired; -1 not PROJECTING; -2 status/evidence/code invalid; -3 not the record the caller
+-- read (ARGV[11]).
 
 -- The seal that empties the run's pending set drops the run from the reaper's index, so the
 -- index holds only runs with calls PROJECTING. A create writes its pending entry before it
@@ -98,4 +99,4 @@ end
 if ARGV[9] and ARGV[9] ~= "" then
   redis.call("PUBLISH", ARGV[9], ARGV[10])
 end
-return 1
+return {1, redis.call("HGET", KEYS[1], "tool_name") or ""}

@@ -1,0 +1,363 @@
+"""Fleet flow control: how many calls of a tool run at once across every worker
+(``ToolSpec.concurrency``, ``tenant_concurrency``), how many start per period
+(``rate_limit``), how many may wait (``max_waiting``), and fair turns between tenants.
+
+A call that may not start yet is accepted (its record is PROJECTING) and waits in Redis, in
+its tool's line, not as a Celery message: no worker thread, prefetch slot or visibility
+timeout is spent on it, and nothing polls for it. Whichever step frees a slot (a seal of any
+kind: READY, ERROR, CANCELLED, the reaper's WORKER_LOST) hands it to the next call in line in
+the same store step and sends that call's execute message; calls the rate limit holds back
+are started by one scheduled wake-up at their earliest allowed time. The store keeps the
+state (``boundary.store.redis_flow``); this module is the policy of one process: which tools
+are limited, and what is done with a script's answer (send the grants, seal the calls whose
+deadline passed in line, schedule the wake-up).
+
+A tool without limits pays nothing: ``limits()`` answers from memory, and no step of its
+calls touches flow control. The list of run-time overrides (``tool-boundary limits set``) is
+read again, off the caller's path, once it is a second old: a process applies an override
+from its next call a second after it was set, at the latest.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from boundary import telemetry
+from boundary.errors import ErrorCode, StoreError
+from boundary.models import CallProgress, CanonicalKey, CanonicalRecord, RunContext
+from boundary.registry import DEFAULT_QUEUE, ToolRegistry
+from boundary.store.flow import FlowReply, FlowStanding, FlowStatus, ToolLimits
+
+if TYPE_CHECKING:
+    from boundary.store.redis_flow import RedisFlow
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a process keeps the store's list of run-time overrides before reading it again.
+OVERRIDES_TTL_S = 1.0
+#: Added to a wake-up's delay, seconds, so it never comes a hair before its time.
+WAKE_MARGIN_S = 0.005
+#: What a waiting call's progress says (``CallProgress.message``).
+WAITING_MESSAGE = "waiting for a slot"
+
+
+def waiting_message(ahead: int | None) -> str:
+    """``waiting for a slot (3 ahead)``, or without the count when it is not known."""
+    return WAITING_MESSAGE if ahead is None else f"{WAITING_MESSAGE} ({ahead} ahead)"
+
+
+def waiting_progress(
+    ops: RedisFlow, record: CanonicalRecord, limits: ToolLimits | None = None
+) -> CallProgress | None:
+    """The progress of a PROJECTING call that has not started, read from its tool's flow
+    control (one round trip): ``waiting`` with the calls ahead of it while it waits for a
+    slot, else what its record says. Needs no registry (the CLI): a tool without flow
+    control has no call in line. Raises ``StoreError``."""
+    if record.started_at is None:
+        state = ops.state(record.tool_name, limits or ToolLimits(), record.key)
+        if state.standing in (FlowStanding.WAITS, FlowStanding.ADMITTED):
+            return CallProgress(
+                message=waiting_message(state.ahead),
+                attempt=record.attempt,
+                waiting=True,
+                ahead=state.ahead,
+            )
+    return CallProgress.of(record)
+
+
+class Sender(Protocol):
+    """Sends a call's execute step (a dispatcher; ``boundary.steps.AttemptSender``)."""
+
+    def send_attempt(
+        self, key: CanonicalKey, *, attempt: int, queue: str, countdown_s: float = 0.0
+    ) -> None: ...
+
+
+@runtime_checkable
+class WakeScheduler(Protocol):
+    """A sender that can also pump a tool's line later, in some worker (optional): Celery
+    sends a task with a countdown. Without it, a timer thread of this process does it."""
+
+    def schedule_wake(self, tool: str, delay_s: float) -> None: ...
+
+
+class FlowStore(Protocol):
+    """What flow control needs of a store: its scripts, a seal and a clock."""
+
+    flow_ops: RedisFlow
+
+    def seal_error(self, key: CanonicalKey, code: ErrorCode) -> object: ...
+
+
+class Flow:
+    """The flow control of one process over one store: made by ``install``.
+
+    Args:
+        store: the canonical store (its ``flow_ops`` keep the state).
+        registry: the tools and their declared limits.
+        sender: sends the execute step of a call handed a slot.
+    """
+
+    def __init__(
+        self,
+        store: FlowStore,
+        registry: ToolRegistry,
+        sender: Sender | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.ops = store.flow_ops
+        self.registry = registry
+        self.sender = sender
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._overrides: frozenset[str] = frozenset()
+        self._overrides_at: float | None = None
+        self._refreshing = False
+
+    @classmethod
+    def install(cls, store: object, registry: ToolRegistry, sender: Sender | None) -> Flow | None:
+        """The store's flow control: the one installed already, else a new one installed
+        now (every seal the store makes tells it). ``None`` for a store without flow
+        control (not a Redis store)."""
+        if not hasattr(store, "flow_ops") or not hasattr(store, "flow"):
+            return None
+        existing = store.flow
+        if isinstance(existing, Flow):
+            return existing
+        flow = cls(store, registry, sender)  # type: ignore[arg-type]
+        store.flow = flow
+        return flow
+
+    # --- Which tools are limited --------------------------------------------------------
+
+    def limits(self, tool: str) -> ToolLimits | None:
+        """The tool's declared limits when its calls go through flow control (it declares
+        one, or has a run-time override); ``None`` for a tool without limits."""
+        spec = self.registry.get(tool)
+        if spec is not None and spec.limited:
+            return ToolLimits.of(spec)
+        if tool in self.overridden():
+            return ToolLimits.of(spec) if spec is not None else ToolLimits()
+        return None
+
+    def overridden(self) -> frozenset[str]:
+        """Tools with a run-time override, as last read. Never waits on the store (an event
+        loop may be asking): a list older than ``OVERRIDES_TTL_S`` is read again on a short
+        thread of its own, and this answer is the one before it."""
+        read_at = self._overrides_at
+        if read_at is None or self._clock() - read_at >= OVERRIDES_TTL_S:
+            with self._lock:
+                stale = not self._refreshing
+                self._refreshing = True
+            if stale:
+                threading.Thread(
+                    target=self.refresh_overrides, name="tb-flow-overrides", daemon=True
+                ).start()
+        return self._overrides
+
+    def refresh_overrides(self) -> frozenset[str]:
+        """Reads the tools with a run-time override now (the list read last is kept while
+        the store cannot be read)."""
+        try:
+            self._overrides = frozenset(self.ops.overrides())
+        except StoreError:
+            logger.warning("flow control: the list of overrides could not be read")
+        finally:
+            self._overrides_at = self._clock()
+            self._refreshing = False
+        return self._overrides
+
+    def limited_tools(self) -> list[str]:
+        """Every tool whose calls go through flow control, in the registry or overridden
+        (the overrides read now: for the reaper, the CLI, a metrics scrape)."""
+        tools = [spec.name for spec in self.registry if spec.limited]
+        return tools + sorted(self.refresh_overrides() - set(tools))
+
+    # --- The steps of a limited call ------------------------------------------------------
+
+    def admit(
+        self,
+        key: CanonicalKey,
+        tool: str,
+        limits: ToolLimits,
+        run: RunContext,
+        *,
+        attempt: int = 1,
+        record_exists: bool = False,
+    ) -> FlowReply:
+        """Asks for a slot (see ``RedisFlow.admit``); the slots it handed to other calls on
+        the way are sent. Raises ``StoreError``."""
+        reply = self.ops.admit(
+            tool,
+            limits,
+            key,
+            attempt=attempt,
+            tenant=run.tenant,
+            priority=run.priority,
+            deadline=run.deadline,
+            record_exists=record_exists,
+        )
+        self.deliver(tool, reply)
+        return reply
+
+    def confirm(self, key: CanonicalKey, tool: str, limits: ToolLimits) -> FlowReply:
+        """The call's record exists: it joins the line (and is sent if handed a slot)."""
+        reply = self.ops.confirm(tool, limits, key)
+        self.deliver(tool, reply)
+        return reply
+
+    def release(self, key: CanonicalKey, tool: str, limits: ToolLimits) -> FlowReply:
+        """Gives up the call's slot or place in line; sends the calls handed a slot."""
+        reply = self.ops.release(tool, limits, key)
+        self.deliver(tool, reply)
+        return reply
+
+    def sealed(self, key: CanonicalKey, tool: str) -> None:
+        """The store sealed the call (``FlowHooks``): nothing for a tool without limits; else
+        its slot goes to the next call in line. A store failure here is logged, not raised:
+        the reaper finds a slot whose holder is sealed and frees it."""
+        limits = self.limits(tool)
+        if limits is None:
+            return
+        try:
+            self.release(key, tool, limits)
+        except StoreError:
+            logger.warning("flow control: the slot of %s was not given up (store)", key.identity)
+
+    def requeue(
+        self,
+        key: CanonicalKey,
+        tool: str,
+        *,
+        attempt: int,
+        countdown_s: float = 0.0,
+        keep: bool = False,
+    ) -> bool | None:
+        """The call moved on to ``attempt`` (its record says so already). ``None`` for a tool
+        without limits (the caller sends the attempt itself); else ``True`` when the attempt
+        was handed a slot and sent now, ``False`` when it waits in line (sent when its turn
+        comes). ``keep``: the last attempt never started and keeps its slot.
+
+        Raises ``StoreError``, or the sender's error (the grant is then marked unsent: the
+        reaper sends it again)."""
+        limits = self.limits(tool)
+        if limits is None:
+            return None
+        reply = self.ops.requeue(tool, limits, key, attempt=attempt, keep=keep)
+        self.deliver(tool, reply)
+        if reply.code != 1:
+            return False
+        self.send(key, tool, attempt, countdown_s=countdown_s, raising=True)
+        return True
+
+    def started(self, key: CanonicalKey, tool: str, attempt: int) -> datetime | None:
+        """The tool of a rate-limited call starts now: its start enters the tool's rate
+        window, and its time (the store's clock) is returned. ``None``, and no round trip,
+        for a tool without a rate limit."""
+        limits = self.limits(tool)
+        if limits is None or (limits.rate_limit is None and tool not in self.overridden()):
+            return None
+        start_ms, wake_ms = self.ops.start(tool, limits, key, attempt)
+        if wake_ms:
+            self._schedule(tool, (wake_ms - start_ms) / 1000)
+        return datetime.fromtimestamp(start_ms / 1000, tz=UTC)
+
+    def pump(self, tool: str) -> int:
+        """Hands free slots to the tool's line (a wake-up, a raised limit); calls sent."""
+        limits = self.limits(tool)
+        if limits is None:
+            limits = ToolLimits()  # an override just lifted: its line is emptied
+        reply = self.ops.pump(tool, limits)
+        self.deliver(tool, reply)
+        return len(reply.grants)
+
+    def status(self, tool: str) -> FlowStatus:
+        spec = self.registry.get(tool)
+        limits = ToolLimits.of(spec) if spec is not None else ToolLimits()
+        return self.ops.status(tool, limits)
+
+    def progress(self, record: CanonicalRecord) -> CallProgress | None:
+        """A PROJECTING call's progress: while it waits for a slot, ``waiting`` with the
+        calls ahead of it (one round trip, only for a limited tool whose call has not
+        started); else what its record says."""
+        if record.started_at is None:
+            limits = self.limits(record.tool_name)
+            if limits is not None:
+                try:
+                    return waiting_progress(self.ops, record, limits)
+                except StoreError:
+                    return None
+        return CallProgress.of(record)
+
+    # --- What a script's answer asks for --------------------------------------------------
+
+    def deliver(self, tool: str, reply: FlowReply) -> None:
+        """Sends the calls handed a slot, seals the calls whose run's deadline passed in line
+        (``RUN_DEADLINE_EXCEEDED``, never run) and schedules the wake-up the rate limit asks
+        for. Never raises: a grant that cannot be sent is marked for the reaper."""
+        for grant in reply.grants:
+            telemetry.slot_waited(tool, grant.waited_s)
+            self.send(grant.key, tool, grant.attempt)
+        for key in reply.expired:
+            try:
+                self.store.seal_error(key, ErrorCode.RUN_DEADLINE_EXCEEDED)
+            except StoreError:
+                logger.warning("flow control: %s not sealed past its deadline", key.identity)
+        if reply.wake_at_ms:
+            self._schedule(tool, (reply.wake_at_ms - reply.now_ms) / 1000)
+
+    def send(
+        self,
+        key: CanonicalKey,
+        tool: str,
+        attempt: int,
+        *,
+        countdown_s: float = 0.0,
+        raising: bool = False,
+    ) -> None:
+        """Sends the execute step of a call that holds a slot. A failed send is marked on
+        the tool's keys, so the reaper sends it again (as a new attempt)."""
+        spec = self.registry.get(tool)
+        queue = spec.queue if spec is not None else DEFAULT_QUEUE
+        try:
+            if self.sender is None:
+                raise RuntimeError("no sender")
+            self.sender.send_attempt(key, attempt=attempt, queue=queue, countdown_s=countdown_s)
+        except Exception:
+            logger.error("flow control: attempt %d of %s not sent", attempt, key.identity)
+            try:
+                self.ops.mark_unsent(tool, key)
+            except StoreError:
+                logger.error("flow control: unsent %s not marked (store)", key.identity)
+            if raising:
+                raise
+            return
+        logger.debug("flow control: %s sent (attempt %d)", key.identity, attempt)
+
+    def _schedule(self, tool: str, delay_s: float) -> None:
+        delay_s = max(delay_s, 0.0) + WAKE_MARGIN_S
+        sender = self.sender
+        if isinstance(sender, WakeScheduler):
+            try:
+                sender.schedule_wake(tool, delay_s)
+                return
+            except Exception:
+                # The reaper's pass pumps every limited tool: the wake-up comes late, not never.
+                logger.warning("flow control: the wake-up of %s was not scheduled", tool)
+                return
+        timer = threading.Timer(delay_s, self._wake, args=(tool,))
+        timer.daemon = True
+        timer.start()
+
+    def _wake(self, tool: str) -> None:
+        try:
+            self.pump(tool)
+        except StoreError:
+            logger.warning("flow control: the wake-up of %s failed (store)", tool)

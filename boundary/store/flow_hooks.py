@@ -1,0 +1,15 @@
+"""What a store tells the flow control of its process (``boundary.flow.Flow``), without
+importing it: the store sits below the policy."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from boundary.models import CanonicalKey
+
+
+class FlowHooks(Protocol):
+    def sealed(self, key: CanonicalKey, tool: str) -> None:
+        """The call was sealed (by any step, in this process): a limited tool's slot, or the
+        call's place in line, is given up and the next call in line started. Never raises:
+        a slot it could not give up is found by the reaper."""

@@ -1,0 +1,249 @@
+"""``limits``: each limited tool's fleet-wide limits, what holds its slots and waits in its
+line; ``limits set`` / ``limits reset`` change a tool's limits at run time (an override kept
+in Redis that every worker and caller applies from its next call, no restart)."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from boundary import ConfigurationError, RedisCanonicalStore, ToolRegistry, load_registry
+from boundary.flow import Flow
+from boundary.store.flow import FlowStatus
+from tasks.commands.common import (
+    JsonFlag,
+    dumps,
+    fail,
+    open_store,
+    printable,
+    reaching,
+    settings_or_fail,
+)
+from tasks.exits import EXIT_NOT_FOUND, EXIT_USAGE
+from tasks.settings import Settings
+
+limits_app = typer.Typer(
+    name="limits",
+    help="Fleet flow control: each limited tool's limits, running and waiting calls.",
+    no_args_is_help=False,
+    invoke_without_command=True,
+    rich_markup_mode="markdown",
+)
+
+ToolArg = Annotated[str, typer.Argument(help="The tool's registered name.", show_default=False)]
+NONE = "none"
+
+
+def _registry(settings: Settings) -> ToolRegistry:
+    """The tools of ``TOOL_BOUNDARY_TOOLS`` (their declared limits); empty when it cannot be
+    loaded (the overrides in Redis are still shown)."""
+    try:
+        return load_registry(settings.tools)
+    except ConfigurationError:
+        return ToolRegistry()
+
+
+def _flow(settings: Settings, store: RedisCanonicalStore, *, sending: bool = False) -> Flow:
+    sender = None
+    if sending:
+        from tasks.app import app
+        from tasks.dispatcher import CeleryDispatcher
+
+        # Calls a raised limit lets start are sent from here, at once.
+        sender = CeleryDispatcher(app)
+    return Flow(store, _registry(settings), sender)
+
+
+def _view(status: FlowStatus) -> dict[str, Any]:
+    limits = status.limits
+    rate = None
+    if limits.rate_limit is not None and limits.rate_period_s is not None:
+        rate = {"limit": limits.rate_limit, "period_s": limits.rate_period_s}
+    return {
+        "tool": status.tool,
+        "concurrency": limits.concurrency,
+        "tenant_concurrency": limits.tenant_concurrency,
+        "rate_limit": rate,
+        "max_waiting": limits.max_waiting,
+        "override": status.override,
+        "running": status.running,
+        "waiting": status.waiting,
+        "running_by_tenant": status.running_by_tenant,
+        "waiting_by_tenant": status.waiting_by_tenant,
+        "starts_in_period": status.starts_in_period if rate else None,
+    }
+
+
+def _shown(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _tenants(counts: dict[str, int]) -> str:
+    if not counts:
+        return "-"
+    named = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    text = ", ".join(f"{'(shared)' if t == '_' else t} {n}" for t, n in named[:4])
+    return text + (f", +{len(named) - 4}" if len(named) > 4 else "")
+
+
+def _print(views: list[dict[str, Any]]) -> None:
+    if not views:
+        typer.echo("no limited tools (declare ToolSpec limits, or: tool-boundary limits set)")
+        return
+    table = Table("tool", "limits", "running", "waiting", "waiting by tenant")
+    for view in views:
+        limits = [f"concurrency {_shown(view['concurrency'])}"]
+        if view["tenant_concurrency"] is not None:
+            limits.append(f"per tenant {view['tenant_concurrency']}")
+        rate = view["rate_limit"]
+        if rate is not None:
+            limits.append(
+                f"rate {rate['limit']}/{rate['period_s']:g}s ({view['starts_in_period']} in period)"
+            )
+        if view["max_waiting"] is not None:
+            limits.append(f"max waiting {view['max_waiting']}")
+        if view["override"]:
+            limits.append("(override)")
+        table.add_row(
+            Text(printable(view["tool"])),
+            Text("; ".join(limits)),
+            str(view["running"]),
+            str(view["waiting"]),
+            Text(printable(_tenants(view["waiting_by_tenant"]))),
+        )
+    Console(highlight=False).print(table)
+
+
+@limits_app.callback()
+def limits(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Each limited tool (declared in TOOL_BOUNDARY_TOOLS, or overridden at run time): its
+    limits in force, calls holding a slot, calls waiting (by tenant), and starts in the rate
+    limit's period. Read from each tool's own keys, never a scan."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = settings_or_fail()
+    with reaching(settings):
+        flow = _flow(settings, open_store(settings))
+        views = [_view(flow.status(tool)) for tool in flow.limited_tools()]
+    if as_json:
+        typer.echo(dumps(views))
+    else:
+        _print(views)
+
+
+def _count(option: str, value: str | None, least: int) -> int | str | None:
+    """``N`` (at least ``least``), ``none``, or (not given) the ``...`` of "unchanged"."""
+    if value is None:
+        return "..."
+    if value.strip().lower() == NONE:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        fail(f"{option} takes a whole number or 'none', not {value!r}", EXIT_USAGE)
+    if number < least:
+        fail(f"{option} must be at least {least}", EXIT_USAGE)
+    return number
+
+
+def _rate(value: str | None) -> tuple[int | None, int | None] | str:
+    """``LIMIT/PERIOD_S`` as (limit, period in ms), ``none``, or "unchanged"."""
+    if value is None:
+        return "..."
+    if value.strip().lower() == NONE:
+        return None, None
+    limit, sep, period = value.partition("/")
+    try:
+        count, seconds = int(limit), float(period)
+    except ValueError:
+        count, seconds = 0, math.nan
+    if not sep or count < 1 or not (0 < seconds <= 86_400):
+        fail(f"--rate takes LIMIT/PERIOD_S (e.g. 30/60) or 'none', not {value!r}", EXIT_USAGE)
+    return count, max(round(seconds * 1000), 1)
+
+
+def _known(settings: Settings, tool: str) -> None:
+    registry = _registry(settings)
+    if len(registry) and tool not in registry:
+        fail(f"no tool {tool!r} in TOOL_BOUNDARY_TOOLS", EXIT_NOT_FOUND)
+
+
+@limits_app.command("set")
+def set_limits(
+    tool: ToolArg,
+    *,
+    concurrency: Annotated[
+        str | None, typer.Option("--concurrency", help="Running at once, fleet-wide: N or none.")
+    ] = None,
+    tenant_concurrency: Annotated[
+        str | None,
+        typer.Option("--tenant-concurrency", help="Running at once per tenant: N or none."),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option("--rate", help="Starts per period, fleet-wide: LIMIT/PERIOD_S or none."),
+    ] = None,
+    max_waiting: Annotated[
+        str | None,
+        typer.Option("--max-waiting", help="Calls that may wait (more: TOOL_BUSY): N or none."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Overrides a tool's limits at run time, in Redis: every worker and caller uses them from
+    its next call (within a second), no restart. Options not given keep their current
+    override; `none` lifts a limit the tool declares. Calls a raised limit lets start are
+    sent at once."""
+    changes: dict[str, Any] = {}
+    for name, parsed in (
+        ("concurrency", _count("--concurrency", concurrency, 1)),
+        ("tenant_concurrency", _count("--tenant-concurrency", tenant_concurrency, 1)),
+        ("max_waiting", _count("--max-waiting", max_waiting, 0)),
+    ):
+        if parsed != "...":
+            changes[name] = parsed
+    rated = _rate(rate)
+    if rated != "...":
+        assert isinstance(rated, tuple)
+        changes["rate_limit"], changes["rate_period_ms"] = rated
+    if not changes:
+        fail(
+            "give at least one of --concurrency, --tenant-concurrency, --rate, --max-waiting",
+            EXIT_USAGE,
+        )
+    settings = settings_or_fail()
+    _known(settings, tool)
+    with reaching(settings):
+        store = open_store(settings)
+        override = store.flow_ops.overrides().get(tool, {}) | changes
+        store.flow_ops.set_override(tool, override)
+        flow = _flow(settings, store, sending=True)
+        started = flow.pump(tool)
+        view = _view(flow.status(tool))
+    _done(view, started, as_json)
+
+
+@limits_app.command("reset")
+def reset_limits(tool: ToolArg, as_json: JsonFlag = False) -> None:
+    """Drops a tool's run-time override: its declared limits (ToolSpec) apply again."""
+    settings = settings_or_fail()
+    with reaching(settings):
+        store = open_store(settings)
+        store.flow_ops.set_override(tool, {})
+        flow = _flow(settings, store, sending=True)
+        started = flow.pump(tool)
+        view = _view(flow.status(tool))
+    _done(view, started, as_json)
+
+
+def _done(view: dict[str, Any], started: int, as_json: bool) -> None:
+    if as_json:
+        typer.echo(dumps(view | {"started_now": started}))
+        return
+    _print([view])
+    if started:
+        typer.echo(f"{started} waiting call(s) started")
