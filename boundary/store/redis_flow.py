@@ -34,6 +34,9 @@ DEFAULT_LEASE_CHECK_S = 30.0
 #: Age, seconds, past which a call admitted ahead of its record and not yet in line is looked
 #: at by the reaper (its submitter died between the two steps).
 STALE_ADMISSION_S = 30.0
+#: How long a mark of an unsent grant is kept for the reaper, seconds (as every flow key:
+#: none lives for ever).
+UNSENT_LIFE_S = 7 * 24 * 3600
 #: The scripts that make up flow control (``lua/flow/<name>.lua``).
 _SCRIPTS = (
     "admit",
@@ -260,8 +263,12 @@ class RedisFlow:
 
     def mark_unsent(self, tool: str, key: CanonicalKey) -> None:
         """A granted call's execute message failed to send: the reaper sends it again."""
+        unsent = keys.flow_keys(tool)[keys.FLOW_PARTS.index("unsent")]
         with translated():
-            self.client.sadd(keys.flow_keys(tool)[keys.FLOW_PARTS.index("unsent")], key.identity)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.sadd(unsent, key.identity)
+            pipe.pexpire(unsent, UNSENT_LIFE_S * 1000)
+            pipe.execute()
 
     def set_override(self, tool: str, override: dict[str, int | float | None]) -> None:
         """Replaces the tool's run-time override (``None`` lifts a declared limit; a field

@@ -35,6 +35,19 @@ end
 local NOW = now_ms()
 local CHECK_MS = tonumber(ARGV[6])
 
+-- No key of flow control lives for ever: each is kept a week past the last write (Redis drops
+-- an empty one at once), so a tool that is gone leaves nothing behind. The override (KEYS[10])
+-- is an operator's setting: it stays until reset.
+local LIFE_MS = 7 * 24 * 3600 * 1000
+
+local function keep()
+  for n = 1, 12 do
+    if n ~= 10 then
+      redis.call("PEXPIRE", KEYS[n], LIFE_MS)
+    end
+  end
+end
+
 local function split(text)
   local parts = {}
   for part in string.gmatch(text, "([^\t]*)\t?") do
@@ -270,5 +283,6 @@ end
 -- calls whose deadline passed in line}.
 local function pumped(code)
   local grants, expired, wake = pump()
+  keep()
   return {code, NOW, wake_to_schedule(wake), grants, expired}
 end

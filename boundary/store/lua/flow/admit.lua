@@ -24,6 +24,7 @@ if redis.call("HEXISTS", KEYS[5], identity) == 1 then
   return {4, NOW, 0, {}, {}}
 end
 local grants, expired, wake = pump()
+keep()
 if slot_free() and tenant_free(tenant) then
   take_slot(identity, attempt, tenant, ARGV[10])
   return {1, NOW, wake_to_schedule(wake), grants, expired}
@@ -36,10 +37,12 @@ if ARGV[12] == "new" then
     "u\t" .. tenant .. "\t" .. ARGV[10] .. "\t" .. attempt .. "\t" .. ARGV[11] .. "\t" .. NOW
     .. "\t")
   redis.call("ZADD", KEYS[8], NOW, identity)
+  keep()
   return {2, NOW, wake_to_schedule(wake), grants, expired}
 end
 join_line(identity, tenant, ARGV[10], attempt, ARGV[11], NOW)
 local more, late, later = pump()
+keep()
 for _, v in ipairs(more) do table.insert(grants, v) end
 for _, v in ipairs(late) do table.insert(expired, v) end
 return {2, NOW, wake_to_schedule(math.max(wake, later)), grants, expired}

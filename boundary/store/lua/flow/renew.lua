@@ -11,4 +11,5 @@ if not lease or split(lease)[1] ~= ARGV[8] then
   return 0
 end
 redis.call("ZADD", KEYS[1], NOW + CHECK_MS, ARGV[7])
+keep()
 return 1

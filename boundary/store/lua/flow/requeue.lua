@@ -30,6 +30,7 @@ if lease then
     redis.call("HSET", KEYS[2], identity,
       attempt .. "\t" .. tenant .. "\t" .. NOW .. "\t0\t" .. priority)
     redis.call("ZADD", KEYS[1], NOW + CHECK_MS, identity)
+    keep()
     return {1, NOW, 0, {}, {}}
   end
 else
@@ -42,12 +43,14 @@ end
 free_slot(identity)
 leave_line(identity)
 local grants, expired, wake = pump()
+keep()
 if slot_free() and tenant_free(tenant) then
   take_slot(identity, attempt, tenant, priority)
   return {1, NOW, wake_to_schedule(wake), grants, expired}
 end
 join_line(identity, tenant, priority, attempt, ARGV[11], NOW)
 local more, late, later = pump()
+keep()
 for _, v in ipairs(more) do table.insert(grants, v) end
 for _, v in ipairs(late) do table.insert(expired, v) end
 return {2, NOW, wake_to_schedule(math.max(wake, later)), grants, expired}

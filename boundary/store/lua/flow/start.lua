@@ -28,4 +28,5 @@ if RATE and redis.call("LLEN", KEYS[7]) > 0 then
     wake = wake_to_schedule(at)
   end
 end
+keep()
 return {NOW, wake}

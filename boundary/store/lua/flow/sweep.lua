@@ -36,4 +36,5 @@ if scheduled > 0 and scheduled <= NOW then
   redis.call("HDEL", KEYS[11], "wake_at")
 end
 local grants, expired, wake = pump()
+keep()
 return {due, stale, late, unsent, NOW, wake_to_schedule(wake), grants, expired}
