@@ -123,7 +123,9 @@ def test_a_limited_tool_with_a_free_slot_costs_one_round_trip_more(
     boundary, recorder = parts
     flow_of(boundary).refresh_overrides()
     assert boundary.submit(call("o0", "one"), RUN).accepted  # scripts loaded on the server
-    boundary.store.seal_error(CanonicalKey(run_id=RUN.run_id, tool_call_id="o0"), ErrorCode.CANCELLED)
+    boundary.store.seal_error(
+        CanonicalKey(run_id=RUN.run_id, tool_call_id="o0"), ErrorCode.CANCELLED
+    )
     with monitored(redis_client, round_trips=True) as commands:
         assert boundary.submit(call("o1", "one"), RUN).accepted
     scripts = [c for c in commands if c.startswith("evalsha")]
