@@ -248,6 +248,17 @@ class ToolRegistry:
             if spec.heartbeat_timeout_s is not None
         }
 
+    def silent_after(self, grace_s: float) -> dict[str, float]:
+        """Tool -> seconds a started call may go without a sign of life before the reaper
+        judges it lost (what the execute step's claim sets): the heartbeat timeout of a tool
+        that heartbeats; for a limited tool that does not, its time limit plus ``grace_s``, so
+        a killed worker never holds the tool's slot much past the tool's own time limit."""
+        silent = self.heartbeat_timeouts
+        for spec in self:
+            if spec.limited and spec.heartbeat_timeout_s is None:
+                silent[spec.name] = spec.timeout_s + grace_s
+        return silent
+
     @property
     def longest_timeout_s(self) -> float:
         return max((spec.timeout_s for spec in self), default=DEFAULT_TIMEOUT_S)

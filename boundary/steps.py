@@ -194,7 +194,8 @@ def execute_step(
     terms = terms or AttemptTerms()
     # One round trip: the claim reads the record and, when the tool may run, stamps it started
     # (the store's clock; a tool with a heartbeat timeout is due once silent that long).
-    claim = store.claim(key, attempt=attempt, heartbeat_timeouts=registry.heartbeat_timeouts)
+    silent = registry.silent_after(terms.reap_grace_s)
+    claim = store.claim(key, attempt=attempt, heartbeat_timeouts=silent)
     if claim.status is ClaimStatus.PAST_DEADLINE:
         # The deadline passed while the call waited for a worker: the tool never runs.
         _seal_error(store, key, ErrorCode.RUN_DEADLINE_EXCEEDED)
