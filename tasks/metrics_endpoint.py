@@ -23,7 +23,7 @@ from typing import Any
 
 from celery import signals
 
-from boundary import telemetry
+from boundary import RedisCanonicalStore, telemetry
 from boundary.flow import Flow
 from boundary.telemetry import Metric
 
@@ -89,6 +89,23 @@ class StoreGauges:
                 yield GaugeMetricFamily(metric.prometheus, metric.description, value=value)
 
 
+def store_gauges(store: RedisCanonicalStore, flow: Flow) -> dict[str, telemetry.GaugeValue]:
+    """The gauges' values now, read from the store: calls PROJECTING, the heartbeat lag, and
+    each limited tool's calls holding a slot and waiting (from its own keys, never a scan)."""
+    values: dict[str, telemetry.GaugeValue] = {
+        telemetry.PROJECTING.name: float(store.count_projecting() or 0)
+    }
+    lag = store.heartbeat_lag_s()
+    # No call running: no lag to report (not a lag of 0).
+    if lag is not None:
+        values[telemetry.HEARTBEAT_LAG.name] = lag
+    statuses = [flow.status(tool) for tool in flow.limited_tools()]
+    if statuses:
+        values[telemetry.CALLS_RUNNING.name] = {s.tool: float(s.running) for s in statuses}
+        values[telemetry.CALLS_WAITING.name] = {s.tool: float(s.waiting) for s in statuses}
+    return values
+
+
 def _multiprocess_dir() -> tuple[Path, bool]:
     """The directory of every process's files, emptied; ``True`` when made here."""
     named = os.environ.get(MULTIPROC_ENV)
@@ -145,23 +162,10 @@ def _serve_metrics(**_: Any) -> None:
         # Bad settings: ``tasks.calls._check_runtime`` stops the worker with one line; a
         # traceback from here would only repeat it (or carry a URL).
         return
-    store = runtime.store
-    flow = Flow(store, runtime.registry, None)
+    flow = Flow(runtime.store, runtime.registry, None)
 
     def gauges() -> dict[str, telemetry.GaugeValue]:
-        values: dict[str, telemetry.GaugeValue] = {
-            telemetry.PROJECTING.name: float(store.count_projecting() or 0)
-        }
-        lag = store.heartbeat_lag_s()
-        # No call running: no lag to report (not a lag of 0).
-        if lag is not None:
-            values[telemetry.HEARTBEAT_LAG.name] = lag
-        # From each limited tool's own keys (one script each), never a scan.
-        statuses = [flow.status(tool) for tool in flow.limited_tools()]
-        if statuses:
-            values[telemetry.CALLS_RUNNING.name] = {s.tool: float(s.running) for s in statuses}
-            values[telemetry.CALLS_WAITING.name] = {s.tool: float(s.waiting) for s in statuses}
-        return values
+        return store_gauges(runtime.store, flow)
 
     telemetry.set_gauge_source(gauges)
     port = runtime.settings.metrics_port

@@ -312,3 +312,27 @@ def test_a_tool_without_limits_never_touches_flow_control(
     outcome = celery_boundary.invoke(call("u1", "lookup", query="x"), RUN, timeout=30)
     assert outcome.status is InvocationStatus.READY
     assert not list(redis_client.scan_iter(match="tb:flow:*"))
+
+
+# --- the async path ----------------------------------------------------------------------------
+
+
+def test_ainvoke_of_a_limited_tool_waits_its_turn_without_blocking_the_loop(
+    celery_boundary: ToolBoundary, redis_client: redis.Redis, hold: None
+) -> None:
+    import asyncio
+
+    async def body() -> tuple[ToolOutcome, ToolOutcome]:
+        first = await celery_boundary.asubmit(call("y1", "narrow", tag="y", hold=True), RUN)
+        assert first.accepted
+        waiting = await celery_boundary.ainvoke(call("y2", "narrow", tag="y"), RUN, timeout=0.2)
+        flow_tools.HOLD.set()
+        done = await celery_boundary.aoutcome(RUN.run_id, "y2", timeout=30)
+        await celery_boundary.aclose()
+        return waiting, done
+
+    waiting, done = asyncio.run(body())
+    assert waiting.pending and waiting.progress is not None and waiting.progress.waiting
+    assert waiting.progress.ahead == 0
+    assert done.status is InvocationStatus.READY
+    assert started(redis_client, "y") == ["y1", "y2"]

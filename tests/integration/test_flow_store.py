@@ -351,3 +351,43 @@ def test_a_limited_tool_on_a_redis_cluster_runs_one_at_a_time_across_runs(
     assert (status.running, status.waiting) == (0, 0)
     owners = {store.client.get_node_from_key(f"{{{run.run_id}}}").port for run in runs}
     assert len(owners) > 1  # the runs' records are on several nodes; the tool's keys on one
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.values: list[tuple[str, float, dict[str, str]]] = []
+
+    def record(self, metric: Any, value: float, labels: Any) -> None:
+        self.values.append((metric.prometheus, value, dict(labels)))
+
+
+def test_the_gauges_and_the_slot_wait_of_a_limited_tool(
+    parts: tuple[ToolBoundary, Recorder], store: RedisCanonicalStore
+) -> None:
+    from boundary import telemetry
+    from tasks.metrics_endpoint import StoreGauges, store_gauges
+
+    boundary, _ = parts
+    sink = Sink()
+    telemetry.add_sink(sink)
+    try:
+        for n in range(4):
+            assert boundary.submit(call(f"m{n}", "two"), RUN).accepted
+        gauges = store_gauges(store, flow_of(boundary))
+        # Two hold the two slots, two wait (per tool, fleet-wide)
+        assert gauges[telemetry.CALLS_RUNNING.name] == {"one": 0.0, "two": 2.0, "rated": 0.0}
+        assert gauges[telemetry.CALLS_WAITING.name] == {"one": 0.0, "two": 2.0, "rated": 0.0}
+        telemetry.set_gauge_source(lambda: gauges)
+        families = {f.name: f for f in StoreGauges().collect()}
+        running = families["tool_boundary_calls_running"]
+        assert {(s.labels["tool"], s.value) for s in running.samples} >= {("two", 2.0)}
+        # When a slot frees, the next call's wait in line is recorded, labelled by its tool
+        store.seal_error(CanonicalKey(run_id=RUN.run_id, tool_call_id="m0"), ErrorCode.CANCELLED)
+        waits = [v for v in sink.values if v[0] == "tool_boundary_slot_wait_seconds"]
+        assert len(waits) == 1 and waits[0][2] == {"tool": "two"} and waits[0][1] >= 0
+    finally:
+        telemetry.metrics._sinks.remove(sink)
+        telemetry.set_gauge_source(None)
