@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from boundary import telemetry
 from boundary.errors import ErrorCode, StoreError
 from boundary.models import CallProgress, CanonicalKey, CanonicalRecord, RunContext
-from boundary.registry import DEFAULT_QUEUE, ToolRegistry
+from boundary.registry import DEFAULT_QUEUE, ToolRegistry, ToolSpec
 from boundary.store.flow import FlowReply, FlowStanding, FlowStatus, ToolLimits
 
 if TYPE_CHECKING:
@@ -42,6 +42,11 @@ logger = logging.getLogger(__name__)
 OVERRIDES_TTL_S = 1.0
 #: Added to a wake-up's delay, seconds, so it never comes a hair before its time.
 WAKE_MARGIN_S = 0.005
+#: Tries at giving a sealed call's slot up (a release is idempotent), and the first pause
+#: between two, seconds (doubling): a blip shorter than that does not leave the slot to the
+#: reaper's check.
+RELEASE_ATTEMPTS = 3
+RELEASE_RETRY_S = 0.2
 #: What a waiting call's progress says (``CallProgress.message``).
 WAITING_MESSAGE = "waiting for a slot"
 
@@ -113,7 +118,9 @@ class Flow:
     ) -> None:
         self.store = store
         self.ops = store.flow_ops
-        self.registry = registry
+        #: The tools whose limits apply: this registry, and those of other boundaries made
+        #: on the same store later (``install``).
+        self.registries = [registry]
         self.sender = sender
         self._clock = clock
         self._lock = threading.Lock()
@@ -123,13 +130,15 @@ class Flow:
 
     @classmethod
     def install(cls, store: object, registry: ToolRegistry, sender: Sender | None) -> Flow | None:
-        """The store's flow control: the one installed already, else a new one installed
-        now (every seal the store makes tells it). ``None`` for a store without flow
-        control (not a Redis store)."""
+        """The store's flow control: the one installed already (``registry``'s limits added
+        to it), else a new one installed now (every seal the store makes tells it). ``None``
+        for a store without flow control (not a Redis store)."""
         if not hasattr(store, "flow_ops") or not hasattr(store, "flow"):
             return None
         existing = store.flow
         if isinstance(existing, Flow):
+            if all(known is not registry for known in existing.registries):
+                existing.registries.append(registry)
             return existing
         flow = cls(store, registry, sender)  # type: ignore[arg-type]
         store.flow = flow
@@ -140,11 +149,19 @@ class Flow:
     def limits(self, tool: str) -> ToolLimits | None:
         """The tool's declared limits when its calls go through flow control (it declares
         one, or has a run-time override); ``None`` for a tool without limits."""
-        spec = self.registry.get(tool)
+        spec = self.spec(tool)
         if spec is not None and spec.limited:
             return ToolLimits.of(spec)
         if tool in self.overridden():
             return ToolLimits.of(spec) if spec is not None else ToolLimits()
+        return None
+
+    def spec(self, tool: str) -> ToolSpec | None:
+        """The tool's spec, from the first registry that has it."""
+        for registry in self.registries:
+            spec = registry.get(tool)
+            if spec is not None:
+                return spec
         return None
 
     def overridden(self) -> frozenset[str]:
@@ -177,7 +194,9 @@ class Flow:
     def limited_tools(self) -> list[str]:
         """Every tool whose calls go through flow control, in the registry or overridden
         (the overrides read now: for the reaper, the CLI, a metrics scrape)."""
-        tools = [spec.name for spec in self.registry if spec.limited]
+        tools = list(
+            dict.fromkeys(s.name for r in self.registries for s in r if s.limited)
+        )
         return tools + sorted(self.refresh_overrides() - set(tools))
 
     # --- The steps of a limited call ------------------------------------------------------
@@ -226,10 +245,14 @@ class Flow:
         limits = self.limits(tool)
         if limits is None:
             return
-        try:
-            self.release(key, tool, limits)
-        except StoreError:
-            logger.warning("flow control: the slot of %s was not given up (store)", key.identity)
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                self.release(key, tool, limits)
+                return
+            except StoreError:
+                if attempt + 1 < RELEASE_ATTEMPTS:
+                    time.sleep(RELEASE_RETRY_S * 2**attempt)
+        logger.warning("flow control: the slot of %s was not given up (store)", key.identity)
 
     def requeue(
         self,
@@ -279,7 +302,7 @@ class Flow:
         return len(reply.grants)
 
     def status(self, tool: str) -> FlowStatus:
-        spec = self.registry.get(tool)
+        spec = self.spec(tool)
         limits = ToolLimits.of(spec) if spec is not None else ToolLimits()
         return self.ops.status(tool, limits)
 
@@ -324,7 +347,7 @@ class Flow:
     ) -> None:
         """Sends the execute step of a call that holds a slot. A failed send is marked on
         the tool's keys, so the reaper sends it again (as a new attempt)."""
-        spec = self.registry.get(tool)
+        spec = self.spec(tool)
         queue = spec.queue if spec is not None else DEFAULT_QUEUE
         try:
             if self.sender is None:

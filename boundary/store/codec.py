@@ -306,9 +306,10 @@ def seal_result(reply: Any) -> WriteStatus:
 
 
 def seal_reply(reply: Any) -> tuple[WriteStatus, str | None]:
-    """``seal.lua``'s reply: the write status, and the sealed call's tool when it sealed."""
+    """``seal.lua``'s reply: the write status, and the call's tool when it is sealed (now, or
+    already: ``NOT_PROJECTING``)."""
     if isinstance(reply, list):
-        return WriteStatus.OK, str(reply[1]) or None
+        return WRITE_CODES[int(reply[0])], str(reply[1]) or None
     if int(reply) == -2:
         # The combination broke the lifecycle table: a bug in the caller, not bad input.
         raise ValueError("invalid seal: status, evidence status and error code disagree")

@@ -317,6 +317,8 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         written, tool = seal_reply(reply)
         flow = self.flow
         if flow is not None and tool is not None:
+            # Also when it was sealed already: that seal may have been this caller's, its
+            # reply lost, and giving a slot up twice changes nothing.
             flow.sealed(key, tool)
         return written
 

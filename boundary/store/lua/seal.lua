@@ -22,8 +22,9 @@
 --            record under the same ids created at another time is another call's
 --
 -- Returns {1, tool_name} sealed (the tool, so a limited tool's slot can be given up); 0 missing
--- or expired; -1 not PROJECTING; -2 status/evidence/code invalid; -3 not the record the caller
--- read (ARGV[11]).
+-- or expired; {-1, tool_name} not PROJECTING (sealed already: maybe by this caller, whose
+-- reply was lost, so it gives the slot up again); -2 status/evidence/code invalid; -3 not the
+-- record the caller read (ARGV[11]).
 
 -- The seal that empties the run's pending set drops the run from the reaper's index, so the
 -- index holds only runs with calls PROJECTING. A create writes its pending entry before it
@@ -64,7 +65,7 @@ if ARGV[11] and ARGV[11] ~= "" and redis.call("HGET", KEYS[1], "created_at") ~= 
   return -3
 end
 if current ~= "PROJECTING" then
-  return -1
+  return {-1, redis.call("HGET", KEYS[1], "tool_name") or ""}
 end
 
 redis.call("HSET", KEYS[1], "status", status, "evidence_status", evidence, "updated_at", now)
