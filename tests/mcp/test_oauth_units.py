@@ -127,10 +127,15 @@ def test_scopes_are_read_from_the_configured_claims(issuer: Issuer) -> None:
     token = issuer.token(RESOURCE, scope=None, permissions=["tools:call:lookup"], org="Acme Inc")
     principal = verify(config, token)
     assert principal.tools == frozenset({"lookup"}) and principal.tenant == tenant_id("Acme Inc")
-    # The default claims are not read any more, and a token without the tenant claim is refused
+    # A one-member list is that member (Keycloak's organization claim); a number its digits
+    for org, tenant in ((["acme"], "acme"), (4711, "4711")):
+        token = issuer.token(RESOURCE, scope=None, permissions=["tools:call"], org=org)
+        assert verify(config, token).tenant == tenant
+    # The default claims are not read any more; no tenant claim, or an ambiguous one, is refused
     assert refusal(config, issuer.token(RESOURCE, org="acme")) is Reason.INSUFFICIENT_SCOPE
-    no_org = issuer.token(RESOURCE, scope=None, permissions=["tools:call"])
-    assert refusal(config, no_org) is Reason.MISSING_CLAIM
+    for org in (None, ["acme", "globex"], True, {"acme": {}}):
+        token = issuer.token(RESOURCE, scope=None, permissions=["tools:call"], org=org)
+        assert refusal(config, token) is Reason.MISSING_CLAIM
 
 
 @pytest.mark.parametrize(

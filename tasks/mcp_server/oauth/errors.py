@@ -20,7 +20,6 @@ class Reason(StrEnum):
     EXPIRED = "expired"
     NOT_YET_VALID = "not_yet_valid"
     WRONG_AUDIENCE = "wrong_audience"
-    WRONG_ISSUER = "wrong_issuer"
     MISSING_CLAIM = "missing_claim"
     INVALID_TOKEN = "invalid_token"  # noqa: S105 (a reason code, not a secret)
     INSUFFICIENT_SCOPE = "insufficient_scope"

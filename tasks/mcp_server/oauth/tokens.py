@@ -20,7 +20,6 @@ _REASONS: tuple[tuple[type[Exception], Reason], ...] = (
     (jwt.ExpiredSignatureError, Reason.EXPIRED),
     (jwt.ImmatureSignatureError, Reason.NOT_YET_VALID),
     (jwt.InvalidAudienceError, Reason.WRONG_AUDIENCE),
-    (jwt.InvalidIssuerError, Reason.WRONG_ISSUER),
     (jwt.MissingRequiredClaimError, Reason.MISSING_CLAIM),
     (jwt.InvalidSignatureError, Reason.BAD_SIGNATURE),
     (jwt.InvalidAlgorithmError, Reason.ALGORITHM_NOT_ALLOWED),
@@ -95,6 +94,9 @@ class TokenVerifier:
 
     def _principal(self, claims: dict[str, Any], issuer: str) -> Principal:
         value = claims.get(self.config.tenant_claim)
+        if isinstance(value, list) and len(value) == 1:
+            # A one-member list (Keycloak's ``organization``): that member; more is ambiguous.
+            value = value[0]
         if isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
         if not isinstance(value, str) or not value:
