@@ -18,6 +18,7 @@ from tasks.mcp_server.calls import BoundaryCalls
 from tasks.mcp_server.main import check_binding
 from tasks.mcp_server.oauth.config import OAuthConfig, oauth_config
 from tasks.mcp_server.oauth.errors import AuthRefused, Reason
+from tasks.mcp_server.oauth.keys import JwksKeys
 from tasks.mcp_server.oauth.principal import Principal, owner_id, tenant_id
 from tasks.mcp_server.oauth.tokens import TokenVerifier
 from tasks.mcp_server.settings import MCPSettings
@@ -209,3 +210,61 @@ def test_the_first_requester_owns_the_run_and_its_tenant_goes_into_the_runs_cont
     # And the run's stored policy is unchanged (the tenant is the caller's, per call)
     stored = boundary.get_run(RUN_ID)
     assert stored is not None and stored.tenant is None
+
+
+class FlakyIssuer:
+    """A JWKS source for ``JwksKeys`` with a clock the test moves: it serves ``document`` or,
+    once ``down``, fails after ``outage_s`` of (fake) waiting, as a timed-out fetch does."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document = document
+        self.now = 1000.0
+        self.down = False
+        self.outage_s = 10.0
+        self.fetches = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    async def fetch(self, uri: str) -> Any:
+        self.fetches += 1
+        await anyio.sleep(0.01)  # the others queue meanwhile
+        if self.down:
+            self.now += self.outage_s
+            raise TimeoutError
+        return self.document
+
+
+def test_an_issuer_outage_keeps_the_last_keys_and_queued_requests_do_not_refetch(
+    issuer: Issuer,
+) -> None:
+    # Given keys fetched once
+    source = FlakyIssuer(issuer.jwks())
+    keys = JwksKeys(
+        issuer.jwks_uri,
+        algorithms=("RS256",),
+        ttl_s=300,
+        refresh_s=30,
+        fetch=source.fetch,
+        clock=source.clock,
+    )
+    assert anyio.run(keys.key, "k1", "RS256").algorithm == "RS256"
+    # When the TTL has passed, the issuer is down and many requests arrive together
+    source.now += 301
+    source.down = True
+
+    async def together() -> list[str]:
+        found: list[str] = []
+
+        async def one() -> None:
+            found.append((await keys.key("k1", "RS256")).algorithm)
+
+        async with anyio.create_task_group() as group:
+            for _ in range(10):
+                group.start_soon(one)
+        return found
+
+    found = anyio.run(together)
+    # Then one fetch was tried, and every request was served from the last good keys
+    assert source.fetches == 2
+    assert found == ["RS256"] * 10

@@ -209,7 +209,9 @@ class JwksKeys:
                 document = await self._fetch(self._uri)
             except Exception as exc:
                 logger.warning("JWKS fetch failed: %s", _failure(exc))
-                self._next_fetch = now + FAILED_FETCH_BACKOFF_S
+                # From the failure's end, not its start: the requests that queued on the lock
+                # behind a fetch that timed out must not each try again in turn.
+                self._next_fetch = self._clock() + FAILED_FETCH_BACKOFF_S
                 return
             self._keys = KeySet(document, self._algorithms)
             self._next_fetch = now + self._ttl_s
