@@ -18,8 +18,6 @@ from tests.mcp.conftest import RUN, RUN_ID
 from tests.mcp.issuer import Issuer, serving_issuer
 from tests.mcp.servers import HttpServer, http_client, oauth_server
 
-pytestmark = pytest.mark.xdist_group("oauth")
-
 
 @pytest.fixture(scope="module")
 def issuer() -> Iterator[Issuer]:

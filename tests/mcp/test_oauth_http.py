@@ -20,8 +20,6 @@ from tests.mcp.conftest import RUN_ID
 from tests.mcp.issuer import Issuer, hmac_token, public_pem, serving_issuer, unsigned_token
 from tests.mcp.servers import HttpServer, http_client, oauth_server
 
-pytestmark = pytest.mark.xdist_group("oauth")
-
 
 @pytest.fixture(scope="module")
 def issuer() -> Iterator[Issuer]:
