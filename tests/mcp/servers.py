@@ -83,11 +83,11 @@ async def http_client(
 
 
 @asynccontextmanager
-async def stdio_client(*args: str, tasks: bool = False) -> AsyncIterator[Client]:
+async def stdio_client(*args: str, tasks: bool = False, **env: str) -> AsyncIterator[Client]:
     """The SDK's client, launching ``tool-boundary mcp --transport stdio`` itself."""
     command = server_command("--transport", "stdio", *args)
     params = StdioServerParameters(
-        command=command[0], args=command[1:], env=server_env(), cwd=str(ROOT)
+        command=command[0], args=command[1:], env=server_env(**env), cwd=str(ROOT)
     )
     extensions = [TasksExtension()] if tasks else None
     async with Client(params, extensions=extensions) as client:

@@ -18,7 +18,7 @@ from boundary import RunContext
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.issuer import Issuer, hmac_token, public_pem, serving_issuer, unsigned_token
-from tests.mcp.servers import HttpServer, http_client, oauth_server
+from tests.mcp.servers import HttpServer, http_client, oauth_server, stdio_client
 
 
 @pytest.fixture(scope="module")
@@ -251,3 +251,15 @@ def test_no_token_reaches_the_servers_output(
     for signature in {token.split(".")[-1] for token in cases if token.count(".") == 2}:
         assert not signature or signature not in output
     assert marker not in output
+
+
+def test_stdio_takes_no_token_even_with_issuers_configured() -> None:
+    # Given issuer settings that HTTP would need a canonical URI for (none is set)
+    issuers = '{"https://idp.example.com": "https://idp.example.com/jwks"}'
+
+    async def scenario() -> set[str]:
+        async with stdio_client(TOOL_BOUNDARY_MCP_AUTH_ISSUERS=issuers) as client:
+            return {tool.name for tool in (await client.list_tools()).tools}
+
+    # Then stdio ignores them: its credentials are its environment (the authorization profile)
+    assert {"lookup", "sleepy"} <= anyio.run(scenario)
