@@ -36,7 +36,8 @@ def pending_key(run_id: str) -> str:
 
 def run_key(run_id: str) -> str:
     """An opened run's policy (a hash): ``policy`` (the RunContext as JSON), ``state``
-    (``open`` or ``closed``) and ``opened_at``, so a server can look the run up by id."""
+    (``open`` or ``closed``) and ``opened_at``, so a server can look the run up by id; and
+    ``owner`` once a requester of an authorized MCP door used it (``redis_run_owners``)."""
     return f"{PREFIX}:{{{run_id}}}:run"
 
 

@@ -24,7 +24,9 @@ from boundary import (
 )
 from boundary.flow import Flow
 from boundary.steps import outcome_from_record
+from boundary.store.redis_run_owners import RedisRunOwners
 from boundary.store.redis_tasks import RedisTaskIndex, TaskEntry
+from tasks.mcp_server.oauth.principal import Principal
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +55,37 @@ class BoundaryCalls:
 
     def __init__(self, boundary: ToolBoundary) -> None:
         self.boundary = boundary
+        #: Run owners (Redis stores only): who may use a run over an OAuth door.
+        self.owners = RedisRunOwners.of(boundary.store)
 
-    async def get_run(self, run_id: str) -> RunContext | ErrorCode:
-        """The open run, or the code to answer with (``RUN_NOT_FOUND``, ``STORE_UNAVAILABLE``)."""
+    async def get_run(
+        self, run_id: str, principal: Principal | None = None
+    ) -> RunContext | ErrorCode:
+        """The open run, or the code to answer with (``RUN_NOT_FOUND``, ``STORE_UNAVAILABLE``).
+
+        With an OAuth ``principal``: the run as that principal's (its ``tenant``), once the
+        first principal to use it owns it; a run of another owner, or pinned by the harness
+        to another tenant, is ``RUN_NOT_FOUND`` like a run that does not exist.
+        """
         try:
             run = await asyncio.to_thread(self.boundary.get_run, run_id)
         except StoreError:
             return ErrorCode.STORE_UNAVAILABLE
-        return run if run is not None else ErrorCode.RUN_NOT_FOUND
+        if run is None:
+            return ErrorCode.RUN_NOT_FOUND
+        if principal is None:
+            return run
+        if run.tenant is not None and run.tenant != principal.tenant:
+            return ErrorCode.RUN_NOT_FOUND
+        if self.owners is None:
+            return ErrorCode.RUN_NOT_FOUND
+        try:
+            owned = await asyncio.to_thread(self.owners.own, run_id, principal.owner)
+        except StoreError:
+            return ErrorCode.STORE_UNAVAILABLE
+        if not owned.allowed:
+            return ErrorCode.RUN_NOT_FOUND
+        return run.model_copy(update={"tenant": principal.tenant})
 
     async def submit(self, envelope: ToolCallEnvelope, run: RunContext) -> Submission:
         return await self.boundary.asubmit(envelope, run)

@@ -25,7 +25,8 @@ def mcp_command(
         Literal["stdio", "http"], typer.Option("--transport", help="stdio or http.")
     ] = "stdio",
     host: Annotated[
-        str, typer.Option("--host", help="HTTP bind address; off loopback needs a token.")
+        str,
+        typer.Option("--host", help="HTTP bind address; off loopback needs a token or issuers."),
     ] = DEFAULT_HOST,
     port: Annotated[int, typer.Option("--port", help="HTTP port.")] = DEFAULT_PORT,
     run: Annotated[
@@ -45,7 +46,8 @@ def mcp_command(
 
     A request names its run (opened with ToolBoundary.open_run) in _meta
     "tool-boundary/run_id", or --run names one for the whole server. HTTP binds 127.0.0.1;
-    any other address needs TOOL_BOUNDARY_MCP_TOKEN, sent by clients as a bearer token.
+    any other address needs TOOL_BOUNDARY_MCP_TOKEN, sent by clients as a bearer token, or
+    OAuth issuers (TOOL_BOUNDARY_MCP_RESOURCE and TOOL_BOUNDARY_MCP_AUTH_ISSUERS: docs/MCP.md).
     MCP has no call id: without --require-call-id the server mints one for a request whose
     _meta names none (returned in the result's _meta).
     """

@@ -1,14 +1,18 @@
 """Streamable HTTP: the SDK's app (stateless, so any server process answers any request; each
-POST answered on an event stream), behind a bearer token check, served by uvicorn."""
+POST answered on an event stream), behind a bearer token check (one static token, or OAuth
+access tokens from trusted issuers: ``tasks.mcp_server.oauth``), served by uvicorn."""
 
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from mcp.server.lowlevel import Server
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from tasks.mcp_server.oauth.config import OAuthConfig
 
 #: The MCP endpoint's path.
 MCP_PATH = "/mcp"
@@ -48,20 +52,34 @@ class BearerTokenGuard:
         return False
 
 
-def http_app(server: Server[Any], *, host: str, token: str | None) -> ASGIApp:
+def http_app(
+    server: Server[Any], *, host: str, token: str | None, oauth: OAuthConfig | None = None
+) -> ASGIApp:
     """The ASGI app: stateless (no session lives in one process); each POST is answered on its
     own event stream, so the request's notifications (``notifications/progress`` that keep a
     long plain call alive) reach the client before the answer."""
     app: ASGIApp = server.streamable_http_app(
         streamable_http_path=MCP_PATH, stateless_http=True, json_response=False, host=host
     )
+    if oauth is not None:
+        from tasks.mcp_server.oauth.guard import OAuthGuard
+        from tasks.mcp_server.oauth.tokens import TokenVerifier
+
+        return OAuthGuard(app, oauth, TokenVerifier(oauth))
     return BearerTokenGuard(app, token) if token else app
 
 
-def run_http(server: Server[Any], *, host: str, port: int, token: str | None) -> None:
+def run_http(
+    server: Server[Any],
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    oauth: OAuthConfig | None = None,
+) -> None:
     """Serves until SIGINT/SIGTERM. Access logs name paths only, never headers."""
     config = uvicorn.Config(
-        http_app(server, host=host, token=token),
+        http_app(server, host=host, token=token, oauth=oauth),
         host=host,
         port=port,
         log_level="warning",

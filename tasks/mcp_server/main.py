@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 from mcp.server.lowlevel import Server
@@ -16,27 +17,32 @@ from tasks.mcp_server.server import build_server
 from tasks.mcp_server.settings import MCPSettings, is_loopback
 from tasks.runtime import get_runtime
 
+if TYPE_CHECKING:
+    from tasks.mcp_server.oauth.config import OAuthConfig
+
 logger = logging.getLogger(__name__)
 
 Transport = Literal["stdio", "http"]
 
 
 def check_binding(host: str, settings: MCPSettings) -> str | None:
-    """The bearer token to require, or ``None`` on loopback without one.
+    """The bearer token to require, or ``None`` on loopback without one or with OAuth issuers
+    (their tokens are checked instead, on any address).
 
     Raises:
-        ConfigurationError: binding off loopback without a token.
+        ConfigurationError: binding off loopback with neither a token nor issuers.
     """
     token = settings.token.get_secret_value() if settings.token is not None else None
-    if not token and not is_loopback(host):
+    if not token and not settings.oauth and not is_loopback(host):
         raise ConfigurationError(
-            f"binding {host} needs TOOL_BOUNDARY_MCP_TOKEN (a bearer token clients must send)"
+            f"binding {host} needs TOOL_BOUNDARY_MCP_TOKEN (a bearer token clients must send) "
+            "or TOOL_BOUNDARY_MCP_AUTH_ISSUERS (OAuth access tokens)"
         )
     return token or None
 
 
 def make_server(
-    run_id: str | None, settings: MCPSettings, *, list_tasks: bool = True
+    run_id: str | None, settings: MCPSettings, *, list_tasks: bool = True, oauth: bool = False
 ) -> tuple[ToolBoundary, Server[object]]:
     from tasks.app import app
 
@@ -51,6 +57,7 @@ def make_server(
         tool_task_support=settings.tool_task_support,
         require_call_id=settings.require_call_id,
         list_tasks=list_tasks,
+        oauth=oauth,
     )
 
 
@@ -79,12 +86,33 @@ def serve(
     settings = MCPSettings()
     if require_call_id:
         settings.require_call_id = True
-    token = check_binding(host, settings) if transport == "http" else None
+    # stdio takes its credentials from the environment (the MCP authorization profile): no
+    # token and no issuer applies to it.
+    oauth = _oauth_config(settings) if transport == "http" and settings.oauth else None
+    token = check_binding(host, settings) if transport == "http" and oauth is None else None
     # Over HTTP without a token requesters cannot be told apart: no tasks/list (the spec).
-    list_tasks = transport == "stdio" or token is not None
-    boundary, server = make_server(run_id, settings, list_tasks=list_tasks)
+    list_tasks = transport == "stdio" or token is not None or oauth is not None
+    boundary, server = make_server(run_id, settings, list_tasks=list_tasks, oauth=oauth is not None)
     if transport == "stdio":
         anyio.run(_serve_stdio, server, boundary)
         return
+    if oauth is not None:
+        tools = tuple(spec.name for spec in boundary.registry if spec.read_only)
+        oauth = dataclasses.replace(oauth, tool_names=tools)
     logger.warning("tool-boundary mcp listening on http://%s:%d%s", host, port, MCP_PATH)
-    run_http(server, host=host, port=port, token=token)
+    run_http(server, host=host, port=port, token=token, oauth=oauth)
+
+
+def _oauth_config(settings: MCPSettings) -> OAuthConfig:
+    """The checked OAuth configuration (PyJWT and ``cryptography`` imported only here).
+
+    Raises:
+        ConfigurationError: bad OAuth settings, or the ``mcp-auth`` extra missing.
+    """
+    try:
+        from tasks.mcp_server.oauth.config import oauth_config
+    except ImportError:
+        raise ConfigurationError(
+            "OAuth issuers need the mcp-auth extra: pip install 'tool-boundary[mcp-auth]'"
+        ) from None
+    return oauth_config(settings)

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from boundary import (
     CanonicalKey,
+    ConfigurationError,
     ErrorCode,
     StoreError,
     ToolBoundary,
@@ -158,6 +159,8 @@ class BoundaryMCP:
         tool_task_support: ...unless named here (tool name -> support).
         require_call_id: refuse calls whose ``_meta`` names no tool_call_id
             (``INVALID_TOOL_CALL_ID``) instead of minting one.
+        oauth: requests carry a checked OAuth principal (HTTP with issuers): it decides the
+            tools listed and callable, and the runs and tasks the requester sees.
     """
 
     def __init__(
@@ -171,8 +174,12 @@ class BoundaryMCP:
         task_support: TaskSupport = "optional",
         tool_task_support: dict[str, TaskSupport] | None = None,
         require_call_id: bool = False,
+        oauth: bool = False,
     ) -> None:
         self.calls = BoundaryCalls(boundary)
+        if oauth and self.calls.owners is None:
+            raise ConfigurationError("OAuth issuers need the Redis store (runs get owners)")
+        self.oauth = oauth
         self.tasks = TaskIndex(boundary)
         self.registry = boundary.registry
         self.run_id = run_id
@@ -199,7 +206,11 @@ class BoundaryMCP:
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        tools = [tool_entry(spec) for spec in self.registry if spec.read_only]
+        tools = [
+            tool_entry(spec)
+            for spec in self.registry
+            if spec.read_only and self._may_call(ctx, spec.name)
+        ]
         if tasks_2025.speaks_2025_tasks(ctx):
             for tool in tools:
                 tool.execution = types.ToolExecution(task_support=self.support_of(tool.name))
@@ -211,6 +222,10 @@ class BoundaryMCP:
         """Preflight, record and dispatch through the boundary; then a task (2025-11-25
         ``params.task``, or a request declaring the Tasks extension) or the outcome."""
         augmented = params.task is not None
+        if not self._may_call(ctx, params.name):
+            # First: a tool the token may not call is refused alike whether it exists or not,
+            # and before any run is looked up or anything is stored (the preflight's code).
+            return _refusal(augmented, ErrorCode.UNAUTHORIZED)
         if tasks_2025.speaks_2025_tasks(ctx):
             support = self.support_of(params.name)
             if augmented and support == "forbidden":
@@ -233,7 +248,7 @@ class BoundaryMCP:
             # MCP has no call id of its own (a JSON-RPC request id repeats across reconnects):
             # mint one, use it as the canonical id, and return it.
             tool_call_id = f"{MINTED_PREFIX}{uuid.uuid4()}"
-        run = await self.calls.get_run(run_id)
+        run = await self.calls.get_run(run_id, tasks_2025.principal(ctx) if self.oauth else None)
         if isinstance(run, ErrorCode):
             return _refusal(augmented, run)
         envelope = ToolCallEnvelope(
@@ -278,6 +293,13 @@ class BoundaryMCP:
             # (sealed CANCELLED unless it sealed first, in which case that outcome is answered).
             outcome = await self.calls.cancel(key)
         return tool_result(outcome, ids_meta(key.run_id, key.tool_call_id))
+
+    def _may_call(self, ctx: ServerRequestContext[Any, Any], tool_name: str) -> bool:
+        """Over an OAuth door, whether the request's token allows the tool; else always."""
+        if not self.oauth:
+            return True
+        principal = tasks_2025.principal(ctx)
+        return principal is not None and principal.may_call(tool_name)
 
     async def _wait_plain(
         self, ctx: ServerRequestContext[Any, Any], key: CanonicalKey
@@ -619,11 +641,13 @@ def build_server(
     tool_task_support: dict[str, TaskSupport] | None = None,
     require_call_id: bool = False,
     list_tasks: bool = True,
+    oauth: bool = False,
     name: str = "tool-boundary",
 ) -> Server[Any]:
     """A low-level SDK server serving the boundary's registry, with 2025-11-25 Tasks and the
     Tasks extension. ``list_tasks=False`` leaves ``tasks/list`` out of the capabilities (a
-    server that cannot tell requesters apart: HTTP without a token)."""
+    server that cannot tell requesters apart: HTTP without a token). ``oauth=True``: every
+    request carries a checked OAuth principal (``tasks.mcp_server.oauth``)."""
     handlers = BoundaryMCP(
         boundary,
         run_id=run_id,
@@ -633,6 +657,7 @@ def build_server(
         task_support=task_support,
         tool_task_support=tool_task_support,
         require_call_id=require_call_id,
+        oauth=oauth,
     )
     server = BoundaryServer(name, version="0.1.0", on_list_tools=_guarded(handlers.list_tools))
     handlers.list_tasks_enabled = list_tasks

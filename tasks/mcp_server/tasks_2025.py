@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 from boundary import CanonicalKey, ErrorCode, ToolOutcome
 from boundary.store.redis_tasks import TaskEntry
 from tasks.mcp_server.calls import TaskState
+from tasks.mcp_server.oauth.principal import Principal, principal_of_scope
 from tasks.mcp_server.results import ids_meta, tool_result
 
 #: The protocol revision whose core spec has Tasks.
@@ -72,9 +73,18 @@ def server_capability(*, list_tasks: bool) -> types.ServerTasksCapability:
     )
 
 
+def principal(ctx: ServerRequestContext[Any, Any]) -> Principal | None:
+    """The request's checked OAuth principal (HTTP with issuers configured), else ``None``."""
+    return principal_of_scope(getattr(ctx.request, "scope", None))
+
+
 def requester(ctx: ServerRequestContext[Any, Any], session_owner: str) -> str:
-    """The requester's auth context: a digest of the HTTP ``Authorization`` header (the bearer
-    token), ``anonymous`` over HTTP without one, else the stdio session."""
+    """The requester's auth context: the OAuth principal's owner id (its issuer and tenant
+    claim), else a digest of the HTTP ``Authorization`` header (the static bearer token),
+    ``anonymous`` over HTTP without one, else the stdio session."""
+    checked = principal(ctx)
+    if checked is not None:
+        return checked.owner
     headers = getattr(ctx.request, "headers", None)
     if headers is None:
         return session_owner

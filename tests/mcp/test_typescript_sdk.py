@@ -1,7 +1,8 @@
 """The TypeScript MCP SDK (``@modelcontextprotocol/sdk`` 1.32.2, the most used MCP client
 library, protocol 2025-11-25) against ``tool-boundary mcp --transport stdio`` and a real worker:
 a plain call kept alive by progress past the client's timeout, a task-augmented call through the
-SDK's own task stream, and an aborted call cancelled.
+SDK's own task stream, and an aborted call cancelled; over HTTP with OAuth, a call with a bearer
+token, and without one the 401 challenge followed to the metadata and the issuer.
 
 Needs node and npm: the SDK is installed by ``npm install`` in a temporary directory (skipped
 without them, or when the registry cannot be reached; failed when ``CI`` is set)."""
@@ -15,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import redis
@@ -22,7 +24,8 @@ import redis
 from bench.mcp_server import ROOT, server_command
 from boundary import CanonicalKey, ErrorCode, InvocationStatus, RedisCanonicalStore, RunContext
 from tests.mcp.conftest import RUN_ID
-from tests.mcp.servers import HttpServer, server_env
+from tests.mcp.issuer import serving_issuer
+from tests.mcp.servers import HttpServer, oauth_server, server_env
 
 HERE = Path(__file__).parent / "ts"
 
@@ -167,3 +170,45 @@ def test_over_http_a_plain_call_is_kept_alive_and_a_task_runs(
     # And the task ran to its result (over HTTP without a token, no tasks/list is offered)
     assert task["messages"][0] == "taskCreated" and task["messages"][-1] == "result", task
     assert task["result"]["isError"] is False
+
+
+def test_over_http_with_oauth_a_token_calls_and_no_token_follows_the_challenge(
+    ts_client: Path, opened_run: RunContext, logs: Path
+) -> None:
+    with (
+        serving_issuer() as issuer,
+        oauth_server(logs / "ts-oauth.log", {issuer.url: issuer.jwks_uri}) as server,
+    ):
+        # When the SDK connects with a bearer token allowed one tool, and calls it
+        token = issuer.token(server.url, scope="tools:call:lookup")
+        called = run_client(
+            ts_client,
+            "call",
+            url=server.url,
+            token=token,
+            tool="lookup",
+            arguments={"query": "x"},
+            callId="call-ts-oauth",
+        )
+        # And connects without a token, as an OAuth client that has none yet
+        challenged = run_client(ts_client, "challenge", url=server.url)
+    # Then the token's tool is the one listed, and its call answered READY
+    assert called["tools"] == ["lookup"]
+    assert called["isError"] is False and called["structured"]["status"] == "READY"
+    # And without a token the SDK read the 401 challenge, fetched the metadata it points to,
+    # and would send the user to the issuer it names, asking for this resource and scope
+    assert challenged["error"] == "UnauthorizedError"
+    state = challenged["state"]
+    assert state["resourceMetadataUrl"] == (
+        f"http://127.0.0.1:{server.port}/.well-known/oauth-protected-resource/mcp"
+    )
+    assert state["resourceMetadata"]["resource"] == server.url
+    assert state["resourceMetadata"]["authorization_servers"] == [issuer.url]
+    assert state["authorizationServerUrl"] == issuer.url
+    authorization = urlsplit(challenged["authorizationUrl"])
+    query = parse_qs(authorization.query)
+    assert f"{authorization.scheme}://{authorization.netloc}{authorization.path}" == (
+        f"{issuer.url}/authorize"
+    )
+    assert query["resource"] == [server.url]
+    assert query["scope"] == ["tools:call"]

@@ -1,4 +1,4 @@
-// The TypeScript MCP SDK as a client of `tool-boundary mcp --transport stdio`.
+// The TypeScript MCP SDK as a client of `tool-boundary mcp` (stdio or streamable HTTP).
 // Usage: node client.mjs <scenario> <json options>; prints one JSON line with what it saw.
 // Over stdio the server command comes from TB_MCP_COMMAND (a JSON array), its environment is
 // ours; with options.url, over streamable HTTP.
@@ -16,15 +16,45 @@ const meta = (callId) => {
   return fields;
 };
 
-// options.url: streamable HTTP to a running server; else stdio, starting TB_MCP_COMMAND.
+// An OAuth client with no token yet: what the SDK discovers from the server's 401 challenge
+// (the protected resource metadata, the authorization server) is kept, and the authorization
+// it would send the user to is recorded instead of opened.
+const discovered = {};
+const authProvider = {
+  get redirectUrl() { return "http://127.0.0.1/callback"; },
+  get clientMetadata() { return { client_name: "ts-sdk-test", redirect_uris: ["http://127.0.0.1/callback"] }; },
+  clientInformation: () => ({ client_id: "ts-sdk-test" }),
+  tokens: () => undefined,
+  saveTokens: () => {},
+  saveCodeVerifier: () => {},
+  codeVerifier: () => "unused",
+  saveDiscoveryState: (state) => { discovered.state = state; },
+  redirectToAuthorization: (url) => { discovered.authorizationUrl = url.href; },
+};
+
+// options.url: streamable HTTP to a running server (options.token: its bearer token); else
+// stdio, starting TB_MCP_COMMAND.
 let transport;
 if (options.url) {
-  transport = new StreamableHTTPClientTransport(new URL(options.url));
+  const requestInit = options.token ? { headers: { Authorization: `Bearer ${options.token}` } } : undefined;
+  const auth = scenario === "challenge" ? { authProvider } : {};
+  transport = new StreamableHTTPClientTransport(new URL(options.url), { requestInit, ...auth });
 } else {
   const [command, ...args] = JSON.parse(process.env.TB_MCP_COMMAND);
   transport = new StdioClientTransport({ command, args, env: process.env, stderr: "ignore" });
 }
 const client = new Client({ name: "ts-sdk-test", version: "0" });
+if (scenario === "challenge") {
+  // Without a token: the connection is refused, after the SDK followed the challenge.
+  try {
+    await client.connect(transport);
+    discovered.connected = true;
+  } catch (error) {
+    discovered.error = error.constructor.name;
+  }
+  process.stdout.write(JSON.stringify(discovered) + "\n");
+  process.exit(0);
+}
 await client.connect(transport);
 const out = { protocolVersion: transport._protocolVersion ?? null };
 out.capabilities = client.getServerCapabilities();
@@ -81,6 +111,15 @@ try {
         out.listed = (await client.experimental.tasks.listTasks()).tasks.map((t) => t.taskId);
       }
     }
+  } else if (scenario === "call") {
+    // One plain call (over HTTP with a bearer token: the tools it may call, listed first).
+    out.tools = (await client.listTools()).tools.map((t) => t.name);
+    const result = await client.callTool(
+      { name: options.tool, arguments: options.arguments, _meta: meta(options.callId) },
+      CallToolResultSchema,
+    );
+    out.isError = result.isError ?? false;
+    out.structured = result.structuredContent;
   } else if (scenario === "abort") {
     // A plain call the client gives up on: the SDK sends notifications/cancelled.
     const controller = new AbortController();
