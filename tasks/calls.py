@@ -90,8 +90,13 @@ def worker_runtime() -> Runtime:
     """The process's runtime, its store's flow control installed (the calls it hands a slot
     are sent by this process's sender)."""
     runtime = get_runtime()
-    if runtime.store.flow is None:
+    flow = runtime.store.flow
+    if flow is None:
         Flow.install(runtime.store, runtime.registry, attempt_sender())
+    elif isinstance(flow, Flow) and flow.sender is not attempt_sender():
+        # Installed by a caller in this process first (a boundary made on the same store):
+        # in a worker, the calls handed a slot go out through the worker's own sender.
+        flow.sender = attempt_sender()
     return runtime
 
 
