@@ -41,6 +41,7 @@ from tasks.commands.interrupts import (
 )
 from tasks.commands.records import observe, runs, show
 from tasks.commands.watch import watch
+from tasks.commands.web import web
 from tasks.exits import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -204,6 +205,7 @@ cli.command()(interruptible(observe))
 cli.command()(interruptible(watch))
 cli.command(name="reproject")(interruptible(reproject_command))
 cli.command()(interruptible(demo))
+cli.command()(web)
 cli.command("mcp")(mcp_command)
 
 
