@@ -86,10 +86,22 @@ def assert_scripted(report: dict[str, Any]) -> None:
         "call_logs_1",
         "call_sql_1",
         "call_search_2",
+        "call_scan_1",
+        "call_scan_3",
     ]
     assert facts["facts"][3]["evidence_status"] == "NO_EVIDENCE"
     assert facts["facts"][3]["scope"]["query"] == "quantum entanglement billing"
-    assert facts["excluded"] == {"error": 1}
+    # (the raw response too large, and the cancelled long call)
+    assert facts["excluded"] == {"error": 2}
+    # The long calls: one to its end, one cancelled mid-way, one retried after a lost worker
+    long_calls = {c["tool_call_id"]: c for c in report["long_calls"]}
+    assert [(c["status"], c["error_code"], c["attempt"]) for c in long_calls.values()] == [
+        ("READY", None, 1),
+        ("ERROR", "CANCELLED", 1),
+        ("READY", None, 2),
+    ]
+    assert long_calls["call_scan_2"]["stopped_at"].startswith("hour ")
+    assert all(c["expected"] for c in long_calls.values())
     assert facts["omitted"] == 0
     assert report["ok"] is True
 
@@ -138,9 +150,11 @@ def test_demo_with_no_worker_uses_external_workers(
         broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="examples.tools:registry"
     )
     flush_db(SUBPROCESS_BROKER_DB)
-    with celery_process(
-        settings, *worker_args("external"), log=tmp_path / "worker.log", extra_env=env
-    ):
+    # (the long calls run on the "long" queue: the Procfile's worker_long)
+    args = [
+        q if q != "tools,projections" else "tools,long,projections" for q in worker_args("external")
+    ]
+    with celery_process(settings, *args, log=tmp_path / "worker.log", extra_env=env):
         done = run_demo(env, "--no-worker", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     assert_scripted(json.loads(done.stdout))
