@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from tasks.demo import SCRIPT
 from tasks.runtime import get_runtime
 from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.servers import free_port, release_port
 
 EXPECTED = [
     ("search_docs", "call_search_1", "READY", "EVIDENCE_FOUND", None),
@@ -173,3 +176,37 @@ def test_demo_help_explains_the_modes(flag: str) -> None:
     assert done.returncode == 0
     assert "embeds a Redis-protocol server" in done.stdout
     assert "--no-worker" in done.stdout
+
+
+def test_demo_web_serves_the_run_in_the_web_view_until_ctrl_c() -> None:
+    pytest.importorskip("starlette")
+    port = free_port()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tasks.cli", "demo", "--web", "--web-port", str(port), "--json"],
+            cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            # Given the demo's report, printed once the run is done (the web view stays up)
+            report = json.loads(proc.stdout.readline())
+            assert report["ok"] is True
+            url = report["web_url"]
+            assert url == f"http://127.0.0.1:{port}/runs/{report['run_id']}"
+            # When the run's page is read
+            with urllib.request.urlopen(url, timeout=10) as page:
+                html = page.read().decode()
+            # Then it shows every call of the run, the long ones' ends included
+            for call_id in ("call_search_1", "call_dump_1", "call_scan_2", "call_scan_3"):
+                assert f'id="call-{call_id}"' in html
+            assert "CANCELLED" in html and "RESULT_TOO_LARGE" in html
+            # And Ctrl-C ends it, in one line
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 130
+            assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    finally:
+        release_port(port)
