@@ -316,7 +316,7 @@ def build_registry() -> ToolRegistry:
             ),
             spec("beating_once", beating, timeout_s=8.0, heartbeat_timeout_s=2.0),
             # A call that runs long enough for a browser to watch it (the web view's tests).
-            spec("beating_long", beating, timeout_s=60.0, heartbeat_timeout_s=5.0),
+            spec("beating_long", beating, timeout_s=9.0, heartbeat_timeout_s=5.0),
             spec("beat_until_set", beat_until_set, timeout_s=9.0, heartbeat_timeout_s=5.0),
             spec(
                 "slow_first_time",

@@ -58,8 +58,8 @@ def progress_of(page: Any, call_id: str) -> int:
 def test_a_running_calls_progress_rises_without_a_reload(
     celery_boundary: ToolBoundary, web: Served, browser: Any, tmp_path: Path
 ) -> None:
-    # Given a call that reports progress for about 20 s
-    start(celery_boundary, "web-live", steps=100, step_s=0.2)
+    # Given a call that reports progress for about 8 s (its time limit is 9 s)
+    start(celery_boundary, "web-live", steps=40, step_s=0.2)
     page = browser.new_page(viewport=LAPTOP_AT_80)
     try:
         # When its run's page is open
@@ -98,7 +98,7 @@ def test_cancel_works_without_javascript_and_the_tool_stops(
     # Given a long call running (each step leaves a file; it writes why it left at its end)
     steps = tmp_path / "steps"
     steps.mkdir()
-    start(celery_boundary, "web-cancel", steps=600, step_s=0.1, dir=str(steps))
+    start(celery_boundary, "web-cancel", steps=80, step_s=0.1, dir=str(steps))
     deadline = time.monotonic() + WAIT_MS / 1000
     while not (steps / "web-cancel-1-2").exists():
         assert time.monotonic() < deadline, "the tool never started"
@@ -128,7 +128,7 @@ def test_cancel_works_without_javascript_and_the_tool_stops(
         time.sleep(0.1)
     assert exit_file.read_text() == "cancelled"
     ran = len(list(steps.glob("web-cancel-1-[0-9]*")))
-    assert ran < 600
+    assert ran < 80
 
 
 @pytest.mark.parametrize("viewport", [PHONE, LAPTOP_AT_80], ids=["phone", "laptop-80%"])
@@ -140,7 +140,7 @@ def test_every_page_fits_the_width_without_javascript(
         run_id=RUN.run_id, tool_call_id="web-fit-done", tool_name="lookup", arguments={"query": "q"}
     )
     assert celery_boundary.invoke(envelope, RUN, timeout=30).status is InvocationStatus.READY
-    start(celery_boundary, "web-fit-running", steps=50, step_s=0.2)
+    start(celery_boundary, "web-fit-running", steps=40, step_s=0.2)
     context = browser.new_context(java_script_enabled=False, viewport=viewport)
     page = context.new_page()
     try:
