@@ -36,20 +36,27 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return round(max((end - start).total_seconds(), 0.0), 1)
 
 
-def call_state(record: CanonicalRecord) -> tuple[str, int | None]:
+def progress_of(store: CanonicalStore, record: CanonicalRecord) -> CallProgress | None:
+    """A PROJECTING call's progress as the pages show it: what its record says (and, for a
+    call that has not started, whether flow control holds it waiting for a slot, once the
+    store can tell)."""
+    return CallProgress.of(record)
+
+
+def call_state(record: CanonicalRecord, progress: CallProgress | None) -> tuple[str, int | None]:
     """``running``, ``waiting`` (for a slot of its tool: flow control), ``queued`` (sent, not
     started) or ``done``; and, while waiting, the calls ahead of it (``None``: not known)."""
     if record.status is not InvocationStatus.PROJECTING:
         return "done", None
-    progress = CallProgress.of(record)
     if progress is not None and progress.waiting:
         return "waiting", progress.ahead
     return ("running" if record.started_at is not None else "queued"), None
 
 
-def call_row(record: CanonicalRecord, now: datetime) -> dict[str, Any]:
+def call_row(store: CanonicalStore, record: CanonicalRecord, now: datetime) -> dict[str, Any]:
     """One call as a run's page (and its live updates) show it: never request or raw."""
-    state, ahead = call_state(record)
+    progress = progress_of(store, record) if record.status is InvocationStatus.PROJECTING else None
+    state, ahead = call_state(record, progress)
     end = record.updated_at if state == "done" else now
     return {
         "seq": record.seq,
@@ -86,7 +93,7 @@ def run_page(store: CanonicalStore, run_id: str) -> dict[str, Any] | None:
     if summary is None:
         return None
     now = datetime.now(UTC)
-    rows = [call_row(r, now) for r in run_calls(store, run_id)]
+    rows = [call_row(store, r, now) for r in run_calls(store, run_id)]
     facts = observe_run(store, run_id)
     return {
         "run_id": run_id,
@@ -111,7 +118,7 @@ def run_page(store: CanonicalStore, run_id: str) -> dict[str, Any] | None:
 def live_rows(store: CanonicalStore, run_id: str) -> list[dict[str, Any]]:
     """What a run's live updates carry: every call's row (small; no request, no result)."""
     now = datetime.now(UTC)
-    return [call_row(r, now) for r in run_calls(store, run_id)]
+    return [call_row(store, r, now) for r in run_calls(store, run_id)]
 
 
 def _state_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -155,7 +162,7 @@ def runs_page(store: CanonicalStore, query: RunsQuery) -> dict[str, Any]:
     rows = []
     for s in shown:
         live = [
-            call_row(r, now)
+            call_row(store, r, now)
             for r in sorted(calls.get(s.run_id, []), key=lambda r: r.seq)
             if r.status is InvocationStatus.PROJECTING
         ]
@@ -180,7 +187,7 @@ def call_page(
     record = store.get(CanonicalKey(run_id=run_id, tool_call_id=tool_call_id), with_raw=show_raw)
     if record is None:
         return None
-    row = call_row(record, datetime.now(UTC))
+    row = call_row(store, record, datetime.now(UTC))
     page: dict[str, Any] = {
         "record": record,
         "row": row,
