@@ -174,7 +174,13 @@ def runs_page(store: CanonicalStore, query: RunsQuery) -> dict[str, Any]:
         "error": sum(s.error for s in summaries.values()),
         "projecting": sum(s.projecting for s in summaries.values()),
     }
-    return {"runs": rows, "matching": len(runs), "totals": totals, "query": query}
+    return {
+        "runs": rows,
+        "matching": len(runs),
+        "totals": totals,
+        "query": query,
+        "tool_searched": TOOL_FILTER_RUNS if query.tool else None,
+    }
 
 
 def call_page(

@@ -25,6 +25,7 @@ from tasks import CeleryDispatcher
 from tasks.app import LONG_QUEUE, PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tasks.runtime import get_runtime
 from tests.celery.conftest import RUN
+from tests.celery.test_leaks_and_concurrency import wait_until_flower_sees_events
 from tests.celery.workers import celery_process
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 from tests.servers import free_port, release_port
@@ -90,7 +91,10 @@ def monitored(
         ):
             app = create_app(settings, name="tests_flower")
             boundary = get_runtime().boundary(CeleryDispatcher(app))
-            yield Monitored(f"http://127.0.0.1:{port}/api", boundary, broker)
+            api = f"http://127.0.0.1:{port}/api"
+            # Flower says it is up before its event receiver listens: calls until it sees one.
+            wait_until_flower_sees_events(boundary, api)
+            yield Monitored(api, boundary, broker)
     finally:
         release_port(port)
         broker.flushdb()
