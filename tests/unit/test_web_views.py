@@ -50,3 +50,7 @@ def test_a_waiting_call_reads_waiting_for_a_slot_with_the_calls_ahead() -> None:
         macro(row | {"state": "running", "ahead": None, "fraction": 0.25, "message": "p"})
     )
     assert 'value="250"' in running and "waiting" not in running
+    assert 'class="bar">' in running
+    # A running call that reported no fraction yet shows its message, not an empty bar
+    unknown = str(macro(row | {"state": "running", "ahead": None, "fraction": None}))
+    assert 'class="bar" hidden' in unknown

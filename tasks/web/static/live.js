@@ -35,7 +35,7 @@
     text(row, "state", stateText(c));
     var bar = field(row, "fraction");
     if (bar) {
-      bar.parentNode.hidden = c.state !== "running";
+      bar.parentNode.hidden = c.state !== "running" || c.fraction === null;
       var value = Math.round((c.fraction || 0) * 1000);
       bar.value = value;
       bar.textContent = Math.round(value / 10) + " %";
