@@ -19,21 +19,10 @@ START_TIMEOUT_S = 20.0
 @contextmanager
 def web_view(settings: Settings, port: int) -> Iterator[str]:
     """Serves the web view of ``settings``' store on 127.0.0.1:``port``; yields its URL."""
-    import uvicorn
-
-    from tasks.web.server import SHUTDOWN_GRACE_S, build_app
+    from tasks.web.server import build_app, uvicorn_server
 
     app = build_app(settings, show_raw=False, token=None)
-    config = uvicorn.Config(
-        app,
-        host=HOST,
-        port=port,
-        log_level="error",
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn_server(app, host=HOST, port=port, log_level="error")
     thread = threading.Thread(target=server.run, name="demo-web", daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S

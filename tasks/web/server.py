@@ -63,15 +63,23 @@ def build_app(settings: Settings, *, show_raw: bool, token: str | None) -> ASGIA
     )
 
 
-def serve(app: ASGIApp, *, host: str, port: int) -> None:
-    """Serves until SIGINT/SIGTERM. Access logs are off: a login link carries its token."""
+def uvicorn_server(
+    app: ASGIApp, *, host: str, port: int, log_level: str = "warning"
+) -> uvicorn.Server:
+    """The web view's server. Access logs are off: a login link carries its token. Open
+    live views hold a stop up for ``SHUTDOWN_GRACE_S`` at most."""
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        log_level="warning",
+        log_level=log_level,
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
-    uvicorn.Server(config).run()
+    return uvicorn.Server(config)
+
+
+def serve(app: ASGIApp, *, host: str, port: int) -> None:
+    """Serves until SIGINT/SIGTERM."""
+    uvicorn_server(app, host=host, port=port).run()

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import uvicorn
 from starlette.types import ASGIApp
 
+from tasks.web.server import uvicorn_server
 from tests.servers import free_port, release_port
 
 
@@ -27,11 +27,7 @@ class Served:
 def serving(app: ASGIApp, host: str = "127.0.0.1") -> Iterator[Served]:
     """Serves ``app`` until the block ends (the server's live views are closed at its end)."""
     port = free_port()
-    config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-        timeout_graceful_shutdown=1,
-    )  # fmt: skip
-    server = uvicorn.Server(config)
+    server = uvicorn_server(app, host=host, port=port)
     thread = threading.Thread(target=server.run, name="web-view", daemon=True)
     thread.start()
     try:
