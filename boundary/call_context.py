@@ -39,9 +39,11 @@ __all__ = [
     "CallCancelled",
     "CallInfo",
     "CallScope",
+    "ProgressReport",
     "current_call",
     "heartbeat",
     "progress_message",
+    "set_progress_listener",
 ]
 
 logger = logging.getLogger(__name__)
@@ -111,6 +113,47 @@ def progress_fraction(progress: object) -> float | None:
     if math.isnan(value):
         return None
     return min(max(value, 0.0), 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    """A heartbeat the store kept, as a progress listener gets it (``set_progress_listener``)."""
+
+    key: CanonicalKey
+    tool_name: str
+    attempt: int
+    fraction: float | None
+    message: str | None
+
+
+#: Called after each heartbeat the store kept, on the tool's thread.
+ProgressListener = Callable[[ProgressReport], None]
+
+_listener: ProgressListener | None = None
+
+
+def set_progress_listener(listener: ProgressListener | None) -> ProgressListener | None:
+    """Installs the one function told of every stored heartbeat; returns the one before.
+
+    For the layers above the core that show progress elsewhere (the Celery tasks send it to
+    Flower as task events): the core knows no Celery. The listener runs on the tool's thread
+    right after the store write, so it must be quick; whatever it raises is logged (its type
+    only) and never reaches the tool.
+    """
+    global _listener
+    previous, _listener = _listener, listener
+    return previous
+
+
+def _tell_listener(report: ProgressReport) -> None:
+    listener = _listener
+    if listener is None:
+        return
+    try:
+        listener(report)
+    except Exception as exc:
+        name = type(exc).__name__
+        logger.warning("progress listener failed for %s: %s", report.key.identity, name)
 
 
 class CallScope:
@@ -211,6 +254,7 @@ class CallScope:
             return
         self.writes += 1
         if written is WriteStatus.OK:
+            _tell_listener(ProgressReport(self.key, self.tool_name, self.attempt, fraction, text))
             return
         self.end(Ended.SUPERSEDED if written is WriteStatus.SUPERSEDED else Ended.SEALED)
         raise CallCancelled()

@@ -124,10 +124,14 @@ class _Watchdog:
         self._stop.set()
 
     def _watch(self) -> None:
+        started = time.monotonic()
         while not self._stop.wait(BEAT_S):
             if self.cancelled is None:
+                # Before the first rows (a long sort or aggregate sends none for minutes),
+                # the message says how long the statement has run, so watchers see it move.
+                waited = f"statement running, {time.monotonic() - started:.0f}s, no rows yet"
                 try:
-                    heartbeat(progress=self.progress, message=self.message)
+                    heartbeat(progress=self.progress, message=self.message or waited)
                     continue
                 except CallCancelled as exc:
                     self.cancelled = exc

@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 from typing import Any
 
 #: Rows the demo table gets by default.
 DEFAULT_ROWS = 200_000
+#: Most rows it may get (a day of a busy service is tens of millions; 10 GiB of table is
+#: about 150 million).
+MAX_ROWS = 200_000_000
+#: Rows inserted per statement (each commits, and a line reports the count).
+CHUNK_ROWS = 2_000_000
 
 #: The demo table: one row per request to one of five services, over the last week. The
 #: values are a pure function of the id, so every database built with N rows is the same.
@@ -26,6 +33,8 @@ CREATE TABLE request_log (
     latency_ms integer NOT NULL
 );
 """
+#: Rows ``first`` to ``last``. The ids are bigint all through (``i * 7919`` passes the
+#: integer range past 271,000 rows: an ``integer`` series made 500,000 rows fail).
 FILL_SQL = """
 INSERT INTO request_log
 SELECT i,
@@ -34,19 +43,36 @@ SELECT i,
        (ARRAY['/v1/items', '/v1/orders', '/v1/users', '/health'])[1 + (i / 5) %% 4],
        CASE WHEN i %% 97 = 0 THEN 503 WHEN i %% 41 = 0 THEN 500 ELSE 200 END,
        (i * 7919) %% 1000 + CASE WHEN i %% 211 = 0 THEN 5000 ELSE 0 END
-FROM generate_series(1, %(rows)s) AS i
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i
 """
 
 
-def create_demo_table(conn: Any, rows: int = DEFAULT_ROWS) -> None:
-    """(Re)creates ``request_log`` with ``rows`` rows on a psycopg connection and commits."""
+def create_demo_table(
+    conn: Any, rows: int = DEFAULT_ROWS, on_chunk: Any = None, chunk_rows: int = CHUNK_ROWS
+) -> None:
+    """(Re)creates ``request_log`` with ``rows`` rows on a psycopg connection, a chunk per
+    transaction (``on_chunk(done)`` after each), then ANALYZE.
+
+    Raises:
+        ValueError: ``rows`` is not from 1 to ``MAX_ROWS``.
+    """
+    if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= MAX_ROWS:
+        raise ValueError(f"--rows must be from 1 to {MAX_ROWS:,}")
     conn.execute(CREATE_SQL)
-    conn.execute(FILL_SQL, {"rows": rows})
+    conn.commit()
+    for first in range(1, rows + 1, chunk_rows):
+        last = min(first + chunk_rows - 1, rows)
+        conn.execute(FILL_SQL, {"rows": rows, "first": first, "last": last})
+        conn.commit()
+        if on_chunk is not None:
+            on_chunk(last)
     conn.execute("ANALYZE request_log")
     conn.commit()
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Builds the table; anything refused or failed is one line on stderr (exit 2 for bad
+    arguments, 3 for the server), never a traceback or the DSN."""
     import psycopg
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -55,9 +81,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.dsn:
         parser.error("give --dsn or set TOOL_BOUNDARY_EXAMPLE_PG_DSN")
-    with psycopg.connect(args.dsn) as conn:
-        create_demo_table(conn, args.rows)
-    print(f"request_log: {args.rows} rows")
+    if not 1 <= args.rows <= MAX_ROWS:
+        parser.error(f"--rows must be from 1 to {MAX_ROWS:,}")
+    started = time.monotonic()
+
+    def report(done: int) -> None:
+        print(f"request_log: {done:,} of {args.rows:,} rows ({time.monotonic() - started:.0f}s)")
+
+    try:
+        with psycopg.connect(args.dsn, connect_timeout=10) as conn:
+            create_demo_table(conn, args.rows, on_chunk=report if args.rows > CHUNK_ROWS else None)
+    except psycopg.OperationalError:
+        sys.exit("error: cannot connect to the database (check the DSN)")
+    except psycopg.Error as exc:
+        sys.exit(f"error: the database refused the table (SQLSTATE {exc.sqlstate or 'unknown'})")
+    except KeyboardInterrupt:
+        sys.exit("interrupted: request_log holds the chunks committed so far")
+    print(f"request_log: {args.rows:,} rows in {time.monotonic() - started:.1f}s")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from boundary.registry import ToolRegistry, ToolSpec
 from examples import logsearch, sqlread
 from examples._args import check_keys, int_arg, text_arg
 from examples.docsearch import DocumentIndex
+from examples.long_scan import scan_metrics_spec
 from projectors.logs import LogSearchProjector
 from projectors.rag import DocumentSearchProjector
 from projectors.sql import SqlRowsProjector
@@ -186,7 +187,7 @@ def delete_rows(arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_registry() -> ToolRegistry:
-    """The five example tools with their projectors and time limits."""
+    """The six example tools with their projectors and time limits."""
     return ToolRegistry(
         [
             ToolSpec(
@@ -243,6 +244,7 @@ def build_registry() -> ToolRegistry:
                 read_only=False,
                 timeout_s=5,
             ),
+            scan_metrics_spec(DB_CORPUS),
         ]
     )
 

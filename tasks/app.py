@@ -11,16 +11,18 @@ from celery import Celery
 from kombu.entity import Exchange, Queue
 
 from boundary import ToolRegistry
-from tasks.broker_transport import broker_transport
 from tasks.results import BoundaryCelery, register_settings
 from tasks.runtime import configure_runtime, get_settings
 from tasks.sentinel import celery_url
 from tasks.settings import Settings
+from tasks.transport_names import broker_transport_name
 
 #: Queue of the execute step (runs tools).
 TOOLS_QUEUE = "tools"
 #: Queue of the project step, run projections and the reaper.
 PROJECTIONS_QUEUE = "projections"
+#: Queue of long-running tools (``ToolSpec(queue="long")``), with workers of their own.
+LONG_QUEUE = "long"
 
 EXECUTE = "tool_boundary.execute"
 PROJECT = "tool_boundary.project"
@@ -56,7 +58,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_extended": False,
         "task_queues": tuple(
             Queue(name, Exchange(name, type="direct"), routing_key=name)
-            for name in (TOOLS_QUEUE, PROJECTIONS_QUEUE)
+            # Declared, so monitors (Flower's Broker page) list each queue, also one whose
+            # workers are down; a worker still consumes the queues its -Q names.
+            for name in (TOOLS_QUEUE, LONG_QUEUE, PROJECTIONS_QUEUE)
         ),
         "task_default_queue": TOOLS_QUEUE,
         "task_routes": {
@@ -76,8 +80,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": settings.task_sent_events,
         "task_time_limit": settings.task_time_limit_s,
         "broker_transport_options": transport,
-        # A Redis broker's acks through tasks.broker_transport: a full Redis cannot stop a worker.
-        "broker_transport": broker_transport(settings.broker),
+        # A Redis broker's acks through tasks.broker_transport (a full Redis cannot stop a
+        # worker), named so that the URLs kombu and Flower print keep their redis:// scheme.
+        "broker_transport": broker_transport_name(settings.broker),
         "broker_connection_retry_on_startup": True,
         "broker_connection_timeout": settings.publish_timeout_s,
         "task_publish_retry_policy": {

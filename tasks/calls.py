@@ -36,6 +36,7 @@ from tasks.dispatcher import CeleryDispatcher
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.failures import CodeOnlyFailures, ToolCallFailed
 from tasks.pool import ChildHost, InlineThreadPool
+from tasks.progress_events import install as install_progress_events
 from tasks.reaper import Retries, reap_once
 from tasks.runtime import Runtime, get_runtime
 from tasks.server_check import check_store_server
@@ -76,6 +77,8 @@ def _key(run_id: str, tool_call_id: str) -> CanonicalKey | None:
 
 
 _sender: CeleryDispatcher | None = None
+#: Heartbeats of the calls this process runs, sent as ``task-progress`` events (Flower).
+progress_events = install_progress_events(app)
 
 
 def attempt_sender() -> CeleryDispatcher:
@@ -143,7 +146,10 @@ def execute_tool(task: Any, run_id: str, tool_call_id: str, attempt: int = 1) ->
     try:
         runtime = worker_runtime()
         terms = attempt_terms()
-        with telemetry.worker_step(telemetry.EXECUTE, key, task.request):
+        with (
+            telemetry.worker_step(telemetry.EXECUTE, key, task.request),
+            progress_events.running(key, task.request),
+        ):
             executed = retrying(
                 lambda: execute_step(
                     runtime.store,

@@ -42,6 +42,7 @@ from tasks.commands.interrupts import (
 from tasks.commands.limits import limits_app
 from tasks.commands.records import observe, runs, show
 from tasks.commands.watch import watch
+from tasks.commands.web import web
 from tasks.exits import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -206,6 +207,7 @@ cli.command()(interruptible(watch))
 cli.add_typer(limits_app)
 cli.command(name="reproject")(interruptible(reproject_command))
 cli.command()(interruptible(demo))
+cli.command()(web)
 cli.command("mcp")(mcp_command)
 
 

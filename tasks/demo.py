@@ -26,7 +26,8 @@ from boundary import (
     ToolRegistry,
     load_registry,
 )
-from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, configure
+from tasks.app import LONG_QUEUE, PROJECTIONS_QUEUE, TOOLS_QUEUE, configure
+from tasks.demo_long import LONG_SCRIPT, LONG_TOOL, LongReport, reaper_thread, run_long_calls
 from tasks.dispatcher import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.services import check_broker, check_result_backend, check_workers
@@ -38,8 +39,10 @@ CALL_TIMEOUT_S = 30.0
 DIAGNOSTICS_LOGGER = "boundary.diagnostics"
 #: The logger of a worker's start-up check (``tasks.calls``).
 STARTUP_CHECK_LOGGER = "tasks.calls"
-#: Threads of the embedded worker.
-WORKER_THREADS = 4
+#: The reaper's logger: its retry of the demo's lost call is shown in the long calls' table.
+REAPER_LOGGER = "tasks.reaper"
+#: Threads of the embedded worker (the long calls hold three while the quick ones run).
+WORKER_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ SCRIPT: tuple[Step, ...] = (
 )
 
 #: What the scripted run may use: not ``delete_rows``, and ``search_docs`` twice.
-AUTHORIZED_TOOLS = frozenset({"search_docs", "search_logs", "sql_read", "dump_table"})
+AUTHORIZED_TOOLS = frozenset({"search_docs", "search_logs", "sql_read", "dump_table", LONG_TOOL})
 TOOL_BUDGETS = {"search_docs": 2}
 
 
@@ -146,12 +149,17 @@ class DemoReport:
     mode: str
     store: str
     calls: list[CallReport] = field(default_factory=list)
+    long_calls: list[LongReport] = field(default_factory=list)
     facts: ObservedFacts | None = None
     wall_s: float = 0.0
+    #: The run's page in the web view (``demo --web``).
+    web_url: str | None = None
 
     @property
     def ok(self) -> bool:
-        return all(call.expected for call in self.calls) and self.facts is not None
+        expected = [call.expected for call in self.calls]
+        expected += [call.expected for call in self.long_calls]
+        return all(expected) and self.facts is not None
 
 
 @contextmanager
@@ -185,6 +193,9 @@ def worker_thread(app: Any, *, embedded: bool = False) -> Iterator[None]:
     diagnostics = logging.getLogger(DIAGNOSTICS_LOGGER)
     level = diagnostics.level
     diagnostics.setLevel(logging.ERROR)
+    reaper = logging.getLogger(REAPER_LOGGER)
+    reaper_level = reaper.level
+    reaper.setLevel(logging.ERROR)
     checks = logging.getLogger(STARTUP_CHECK_LOGGER)
     checks_level = checks.level
     if embedded:
@@ -194,7 +205,7 @@ def worker_thread(app: Any, *, embedded: bool = False) -> Iterator[None]:
             app,
             pool="threads",
             concurrency=WORKER_THREADS,
-            queues=[TOOLS_QUEUE, PROJECTIONS_QUEUE],
+            queues=[TOOLS_QUEUE, LONG_QUEUE, PROJECTIONS_QUEUE],
             perform_ping_check=False,
             loglevel="WARNING",
             shutdown_timeout=30,
@@ -203,6 +214,7 @@ def worker_thread(app: Any, *, embedded: bool = False) -> Iterator[None]:
             yield
     finally:
         diagnostics.setLevel(level)
+        reaper.setLevel(reaper_level)
         checks.setLevel(checks_level)
 
 
@@ -218,6 +230,9 @@ def run_demo(
     registry: ToolRegistry | None = None,
     on_call: Any = None,
     on_ready: Any = None,
+    on_long: Any = None,
+    web_port: int | None = None,
+    linger: Any = None,
 ) -> DemoReport:
     """Runs the scripted agent run and returns what happened.
 
@@ -227,6 +242,10 @@ def run_demo(
         registry: the tools; default: the one ``settings.tools`` names.
         on_call: called with each ``CallReport`` as it happens.
         on_ready: called with the report (mode and store known) before the first call.
+        on_long: called with the long calls and their records each time they are read.
+        web_port: serve the web view on 127.0.0.1 at this port while the demo runs.
+        linger: called with the report at the end, while the store (and the web view) is
+            still up: ``demo --web`` waits there for Ctrl-C.
     """
     started = time.monotonic()
     with ExitStack() as stack:
@@ -249,6 +268,11 @@ def run_demo(
         check_result_backend(app)
         if not start_worker:
             check_workers(app)
+        if web_port is not None:
+            from tasks.demo_web import web_view
+
+            base = stack.enter_context(web_view(settings, web_port))
+            report.web_url = f"{base}/runs/{report.run_id}"
         if on_ready is not None:
             on_ready(report)
         if start_worker:
@@ -258,7 +282,7 @@ def run_demo(
             run_id=report.run_id,
             deadline=datetime.now(UTC) + timedelta(minutes=5),
             authorized_tools=AUTHORIZED_TOOLS,
-            max_tool_calls=len(SCRIPT),
+            max_tool_calls=len(SCRIPT) + len(LONG_SCRIPT),
             max_calls_per_tool=TOOL_BUDGETS,
         )
         for step in SCRIPT:
@@ -266,8 +290,16 @@ def run_demo(
             report.calls.append(call)
             if on_call is not None:
                 on_call(call)
+        from tasks.calls import reap_stuck_calls
+
+        with reaper_thread(reap_stuck_calls):
+            report.long_calls = run_long_calls(boundary, run, on_long)
         report.facts = boundary.observe(run)
-    report.wall_s = time.monotonic() - started
+        report.wall_s = time.monotonic() - started
+        if linger is not None:
+            linger(report)
+    if linger is None:
+        report.wall_s = time.monotonic() - started
     return report
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from boundary import EvidenceStatus, ObservedFacts
+from boundary import CanonicalRecord, EvidenceStatus, InvocationStatus, ObservedFacts
+from tasks.commands.common import printable
 from tasks.demo import SCRIPT, CallReport, DemoReport
+from tasks.demo_long import LONG_SCRIPT, LongReport, LongStep
 
 #: Characters of a fact's result shown in the facts table (``--json`` shows all).
 FACT_CHARS = 160
@@ -80,8 +83,55 @@ def facts_table(facts: ObservedFacts) -> Table:
     return table
 
 
+def long_bars(calls: list[tuple[LongStep, CanonicalRecord | None]]) -> Progress:
+    """The long calls as progress bars: fraction, attempt and the tool's message."""
+    bars = Progress(
+        TextColumn("{task.fields[name]}"),
+        BarColumn(bar_width=24),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[note]}"),
+    )
+    for step, record in calls:
+        fraction = (record.progress or 0.0) if record is not None else 0.0
+        if record is None or record.status is InvocationStatus.PROJECTING:
+            started = record is not None and record.started_at is not None
+            note = f"attempt {record.attempt}" if record is not None and started else "queued"
+            if record is not None and record.progress_message:
+                note += f": {record.progress_message}"
+        else:
+            code = record.error_code.value if record.error_code else record.evidence_status
+            note = f"{record.status.value} {code or ''} (attempt {record.attempt})"
+            fraction = 1.0 if record.status is InvocationStatus.READY else fraction
+        bars.add_task(
+            "",
+            total=1000,
+            completed=round(fraction * 1000),
+            name=printable(f"{step.tool_call_id} {step.label}"),
+            note=printable(note),
+        )
+    return bars
+
+
+def long_table(calls: list[LongReport]) -> Table:
+    table = Table(title="Long calls", title_justify="left")
+    for name in ("tool_call_id", "the agent's long call", "status", "attempt", "s"):
+        table.add_column(name, overflow="fold")
+    for call in calls:
+        outcome = Text(call.status, style=_STATUS_STYLE.get(call.status, ""))
+        if call.error_code:
+            outcome.append(f"  {call.error_code}")
+        if call.stopped_at:
+            outcome.append(f"\n(stopped at {call.stopped_at})")
+        if not call.expected:
+            outcome.append(" (unexpected)", style="bold red")
+        table.add_row(
+            call.tool_call_id, call.step, outcome, str(call.attempt), f"{call.seconds:.1f}"
+        )
+    return table
+
+
 class LiveView:
-    """Prints the header line, then the calls table as it grows."""
+    """Prints the header line, then the calls table as it grows, then the long calls' bars."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -97,7 +147,12 @@ class LiveView:
             )
         else:
             self.console.print(f"Using Redis at {report.store}.")
-        self.console.print(f"Run {report.run_id}: {len(SCRIPT)} scripted tool calls.")
+        self.console.print(
+            f"Run {report.run_id}: {len(SCRIPT)} scripted tool calls, then "
+            f"{len(LONG_SCRIPT)} long ones side by side."
+        )
+        if report.web_url:
+            self.console.print(f"Web view: {report.web_url}")
         self.live = Live(self.table, console=self.console, auto_refresh=False)
         self.live.start()
 
@@ -106,6 +161,10 @@ class LiveView:
         add_call(self.table, self.count, call)
         if self.live is not None:
             self.live.refresh()
+
+    def long(self, calls: list[tuple[LongStep, CanonicalRecord | None]]) -> None:
+        if self.live is not None:
+            self.live.update(Group(self.table, long_bars(calls)), refresh=True)
 
     def stop(self) -> None:
         if self.live is not None:
@@ -135,5 +194,19 @@ def report_json(report: DemoReport) -> dict[str, Any]:
             }
             for c in report.calls
         ],
+        "long_calls": [
+            {
+                "step": c.step,
+                "tool_call_id": c.tool_call_id,
+                "status": c.status,
+                "error_code": c.error_code,
+                "attempt": c.attempt,
+                "stopped_at": c.stopped_at,
+                "seconds": c.seconds,
+                "expected": c.expected,
+            }
+            for c in report.long_calls
+        ],
         "facts": report.facts.model_dump(mode="json") if report.facts else None,
+        "web_url": report.web_url,
     }

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from celery import Celery
 
 from tasks.broker_transport import SafeAckChannel, SafeAckTransport
+from tasks.transport_names import TRANSPORT_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def publisher_app(app: Celery) -> Celery:
     broker = conf.get("broker_url") or ""
     # The app's own Redis transport (tasks.broker_transport) or none: ours keeps its acks.
     redis_broker = urlsplit(broker).scheme in ("redis", "rediss")
-    if conf.get("broker_transport") in (None, SafeAckTransport) and redis_broker:
+    if redis_broker and conf.get("broker_transport") in {None, SafeAckTransport, *TRANSPORT_NAMES}:
         conf["broker_transport"] = _PublishTransport
     publisher.conf.update(conf)
     return publisher

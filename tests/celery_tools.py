@@ -316,6 +316,8 @@ def build_registry() -> ToolRegistry:
                 retry=RetryPolicy(max_attempts=2, backoff_s=0),
             ),
             spec("beating_once", beating, timeout_s=8.0, heartbeat_timeout_s=2.0),
+            # A call that runs long enough for a browser to watch it (the web view's tests).
+            spec("beating_long", beating, timeout_s=9.0, heartbeat_timeout_s=5.0),
             spec("beat_until_set", beat_until_set, timeout_s=9.0, heartbeat_timeout_s=5.0),
             spec(
                 "slow_first_time",

@@ -60,7 +60,7 @@ PROBE_TIMEOUT_S = 5.0 if CI else 0.5
 #: Keys this suite (and the Celery, kombu and tool-boundary code it runs) writes. A DB holding
 #: any other key belongs to someone else and is not flushed (unless TB_TEST_FLUSH_ANY=1).
 OWN_KEYS = re.compile(
-    r"^(tb:|celery|_kombu\.|unacked|tools|projections|.*\.reply\.celery\.pidbox$)"
+    r"^(tb:|celery|_kombu\.|unacked|tools|long|projections|.*\.reply\.celery\.pidbox$)"
 )
 
 

@@ -3,7 +3,11 @@ happens (``tasks.demo_view``)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+import time
+import webbrowser
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +25,15 @@ def demo(
             "tools,projections); needs TOOL_BOUNDARY_REDIS_URL.",
         ),
     ] = False,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web",
+            help="Serve the web view on 127.0.0.1 and follow the run there; it stays up "
+            "after the run until Ctrl-C.",
+        ),
+    ] = False,
+    web_port: Annotated[int, typer.Option("--web-port", help="The web view's port.")] = 8766,
     as_json: JsonFlag = False,
 ) -> None:
     """Run a scripted agent run through the whole boundary and show each call and the facts.
@@ -31,7 +44,14 @@ def demo(
     """
     # Imported here: the other commands need neither the worker nor the embedded server.
     from tasks.demo import CALL_TIMEOUT_S, run_demo
-    from tasks.demo_view import LiveView, facts_table, report_json
+    from tasks.demo_view import LiveView, facts_table, long_table, report_json
+
+    if web:
+        try:
+            import jinja2  # noqa: F401
+            import starlette  # noqa: F401
+        except ImportError:
+            fail("--web needs the web extra: pip install 'tool-boundary[web]'", EXIT_USAGE)
 
     settings = settings_or_fail()
     if no_worker and settings.redis_url is None:
@@ -48,6 +68,9 @@ def demo(
                 start_worker=not no_worker,
                 on_ready=view.ready if view else None,
                 on_call=view.call if view else None,
+                on_long=view.long if view else None,
+                web_port=web_port if web else None,
+                linger=_linger(console, as_json) if web else None,
             )
     finally:
         if view is not None:
@@ -55,6 +78,9 @@ def demo(
     if as_json:
         typer.echo(dumps(report_json(report)))
     else:
+        if report.long_calls:
+            console.print()
+            console.print(long_table(report.long_calls))
         if report.facts is not None:
             console.print()
             console.print(facts_table(report.facts))
@@ -67,3 +93,24 @@ def demo(
         )
     if not report.ok:
         fail("the run did not go as scripted (see the unexpected calls)", EXIT_NOT_FOUND)
+
+
+def _linger(console: Console, as_json: bool) -> Callable[[Any], None]:
+    """``--web``: after the run, keep the store and the web view up until Ctrl-C (which ends
+    the command as any Ctrl-C does)."""
+
+    def linger(report: Any) -> None:
+        from tasks.demo_view import report_json
+
+        if as_json:
+            typer.echo(dumps(report_json(report)), nl=True)
+            sys.stdout.flush()
+        else:
+            console.print(f"Done in {report.wall_s:.1f}s. The web view shows the run at")
+            console.print(f"{report.web_url} until Ctrl-C.")
+            if console.is_terminal:
+                webbrowser.open(report.web_url)
+        while True:
+            time.sleep(3600)
+
+    return linger

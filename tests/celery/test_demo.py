@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from tasks.demo import SCRIPT
 from tasks.runtime import get_runtime
 from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.servers import free_port, release_port
 
 EXPECTED = [
     ("search_docs", "call_search_1", "READY", "EVIDENCE_FOUND", None),
@@ -86,10 +89,22 @@ def assert_scripted(report: dict[str, Any]) -> None:
         "call_logs_1",
         "call_sql_1",
         "call_search_2",
+        "call_scan_1",
+        "call_scan_3",
     ]
     assert facts["facts"][3]["evidence_status"] == "NO_EVIDENCE"
     assert facts["facts"][3]["scope"]["query"] == "quantum entanglement billing"
-    assert facts["excluded"] == {"error": 1}
+    # (the raw response too large, and the cancelled long call)
+    assert facts["excluded"] == {"error": 2}
+    # The long calls: one to its end, one cancelled mid-way, one retried after a lost worker
+    long_calls = {c["tool_call_id"]: c for c in report["long_calls"]}
+    assert [(c["status"], c["error_code"], c["attempt"]) for c in long_calls.values()] == [
+        ("READY", None, 1),
+        ("ERROR", "CANCELLED", 1),
+        ("READY", None, 2),
+    ]
+    assert long_calls["call_scan_2"]["stopped_at"].startswith("hour ")
+    assert all(c["expected"] for c in long_calls.values())
     assert facts["omitted"] == 0
     assert report["ok"] is True
 
@@ -138,9 +153,11 @@ def test_demo_with_no_worker_uses_external_workers(
         broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="examples.tools:registry"
     )
     flush_db(SUBPROCESS_BROKER_DB)
-    with celery_process(
-        settings, *worker_args("external"), log=tmp_path / "worker.log", extra_env=env
-    ):
+    # (the long calls run on the "long" queue: the Procfile's worker_long)
+    args = [
+        q if q != "tools,projections" else "tools,long,projections" for q in worker_args("external")
+    ]
+    with celery_process(settings, *args, log=tmp_path / "worker.log", extra_env=env):
         done = run_demo(env, "--no-worker", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     assert_scripted(json.loads(done.stdout))
@@ -159,3 +176,37 @@ def test_demo_help_explains_the_modes(flag: str) -> None:
     assert done.returncode == 0
     assert "embeds a Redis-protocol server" in done.stdout
     assert "--no-worker" in done.stdout
+
+
+def test_demo_web_serves_the_run_in_the_web_view_until_ctrl_c() -> None:
+    pytest.importorskip("starlette")
+    port = free_port()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tasks.cli", "demo", "--web", "--web-port", str(port), "--json"],
+            cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            # Given the demo's report, printed once the run is done (the web view stays up)
+            report = json.loads(proc.stdout.readline())
+            assert report["ok"] is True
+            url = report["web_url"]
+            assert url == f"http://127.0.0.1:{port}/runs/{report['run_id']}"
+            # When the run's page is read
+            with urllib.request.urlopen(url, timeout=10) as page:
+                html = page.read().decode()
+            # Then it shows every call of the run, the long ones' ends included
+            for call_id in ("call_search_1", "call_dump_1", "call_scan_2", "call_scan_3"):
+                assert f'id="call-{call_id}"' in html
+            assert "CANCELLED" in html and "RESULT_TOO_LARGE" in html
+            # And Ctrl-C ends it, in one line
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 130
+            assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    finally:
+        release_port(port)

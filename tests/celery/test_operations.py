@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tasks.settings import Settings
 from tests.celery.conftest import RUN
 from tests.celery.workers import ROOT, settings_env
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.servers import free_port, release_port
 
 COMPOSE_KEYS = {"name", "services", "volumes", "networks", "configs", "secrets"}
 SERVICE_KEYS = {
@@ -48,6 +50,7 @@ def test_compose_file_has_the_services_with_health_checks(compose: dict[str, Any
         "worker-projections",
         "beat",
         "flower",
+        "web",
     }
     for name, service in services.items():
         assert set(service) <= SERVICE_KEYS, name
@@ -72,9 +75,12 @@ def test_compose_workers_cover_both_queues_and_settings_are_real(compose: dict[s
     # (``long``: the queue of long-running tools, ``ToolSpec(queue="long")``)
     assert queues == {TOOLS_QUEUE, PROJECTIONS_QUEUE, "long"}
     fields = {f"TOOL_BOUNDARY_{name.upper()}" for name in Settings.model_fields}
-    for service in services.values():
-        assert set(service.get("environment", {})) <= fields
-        if "command" in service and service is not services["redis"]:
+    for name, service in services.items():
+        own = {"TOOL_BOUNDARY_WEB_TOKEN"} if name == "web" else set()
+        assert set(service.get("environment", {})) <= fields | own
+        if name == "web":
+            assert service["command"][:2] == ["tool-boundary", "web"]
+        elif "command" in service and name != "redis":
             assert service["command"][:3] == ["celery", "-A", "tasks"]
 
 
@@ -85,11 +91,16 @@ def procfile() -> dict[str, str]:
 
 def test_procfile_has_the_same_processes_as_compose(compose: dict[str, Any]) -> None:
     processes = procfile()
-    assert set(processes) == {"worker_tools", "worker_long", "worker_projections", "beat", "flower"}
+    assert set(processes) == {
+        "worker_tools", "worker_long", "worker_projections", "beat", "flower", "web",
+    }  # fmt: skip
     assert {p.replace("_", "-") for p in processes} == set(compose["services"]) - {"redis"}
-    for command in processes.values():
-        # The venv's celery (the active one, else .venv's): no activated venv needed.
-        assert command.startswith('"${VIRTUAL_ENV:-.venv}/bin/celery" -A tasks ')
+    for name, command in processes.items():
+        # The venv's programs (the active one, else .venv's): no activated venv needed.
+        if name == "web":
+            assert command.startswith('"${VIRTUAL_ENV:-.venv}/bin/tool-boundary" web ')
+        else:
+            assert command.startswith('"${VIRTUAL_ENV:-.venv}/bin/celery" -A tasks ')
 
 
 def test_procfile_processes_start_under_honcho_and_serve_a_call(
@@ -98,7 +109,10 @@ def test_procfile_processes_start_under_honcho_and_serve_a_call(
     # Given the Procfile's processes under honcho, on a broker DB of their own
     settings = celery_test_settings(broker_url=redis_url(SUBPROCESS_BROKER_DB), reap_interval_s=1)
     broker = flush_db(SUBPROCESS_BROKER_DB)
-    env = settings_env(settings) | {"FLOWER_PORT": "0", "TMPDIR": str(tmp_path)}
+    web_port = free_port()
+    env = settings_env(settings) | {
+        "FLOWER_PORT": "0", "WEB_PORT": str(web_port), "TMPDIR": str(tmp_path),
+    }  # fmt: skip
     # As after `.venv/bin/honcho start` with no venv activated: celery is not on the PATH.
     env["PATH"] = "/usr/bin:/bin"
     env.pop("VIRTUAL_ENV", None)
@@ -115,7 +129,9 @@ def test_procfile_processes_start_under_honcho_and_serve_a_call(
             start_new_session=True,
         )
     try:
-        expected = ["tools@", "projections@", "beat: Starting", "Visit me at"]
+        expected = [
+            "tools@", "projections@", "beat: Starting", "Visit me at", "tool-boundary web: http",
+        ]  # fmt: skip
         deadline = time.monotonic() + 60
         while not all(text in log.read_text() for text in expected):
             assert honcho.poll() is None, log.read_text()[-3000:]
@@ -133,6 +149,9 @@ def test_procfile_processes_start_under_honcho_and_serve_a_call(
         outcome = boundary.invoke(envelope, RUN, timeout=30)
         # Then it ends READY, and beat has the reaper running on the projections worker
         assert outcome.status is InvocationStatus.READY
+        # And the web view shows its run
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/runs/{RUN.run_id}") as page:
+            assert 'id="call-c1"' in page.read().decode()
         while "Task tool_boundary.reap[" not in log.read_text():
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
@@ -144,6 +163,7 @@ def test_procfile_processes_start_under_honcho_and_serve_a_call(
             os.killpg(honcho.pid, signal.SIGKILL)
             honcho.wait()
         broker.flushdb()
+        release_port(web_port)
 
 
 def test_compose_keeps_redis_durable_private_and_flower_behind_auth(

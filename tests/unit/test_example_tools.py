@@ -373,6 +373,7 @@ class TestRegistry:
             "sql_read": (True, 15.0),
             "dump_table": (True, 30.0),
             "delete_rows": (False, 5.0),
+            "scan_metrics": (True, 720.0),
         }
         assert all(isinstance(spec.projector, Projector) for spec in registry)
 

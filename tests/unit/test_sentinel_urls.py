@@ -4,12 +4,14 @@ accepted by the settings, refused in one line naming no part of it."""
 from __future__ import annotations
 
 import pytest
+from kombu.transport import resolve_transport
 
 from boundary.store.sentinel import SentinelAddress, parse_sentinel_url
 from tasks.app import celery_config
-from tasks.broker_transport import SafeAckSentinelTransport, SafeAckTransport, broker_transport
+from tasks.broker_transport import SafeAckSentinelTransport, SafeAckTransport
 from tasks.sentinel import celery_url
 from tasks.settings import InvalidSettings, Settings, load_settings
+from tasks.transport_names import broker_transport_name
 
 URL = "redis+sentinel://:p%40ss@10.0.0.1:26379,10.0.0.2:26380,10.0.0.3/tb/2"
 
@@ -38,9 +40,9 @@ def test_every_setting_takes_the_syntax_and_the_worker_keeps_its_safe_acks() -> 
     assert config["broker_url"].startswith("sentinel://")
     assert config["broker_transport_options"]["master_name"] == "tb"
     assert config["result_backend_transport_options"] == {"master_name": "tb"}
-    assert config["broker_transport"] is SafeAckSentinelTransport
-    assert broker_transport("redis://h/0") is SafeAckTransport
-    assert broker_transport("amqp://h//") is None
+    assert resolve_transport(config["broker_transport"]) is SafeAckSentinelTransport
+    assert resolve_transport(broker_transport_name("redis://h/0")) is SafeAckTransport
+    assert broker_transport_name("amqp://h//") is None
 
 
 @pytest.mark.parametrize(

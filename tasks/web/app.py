@@ -1,0 +1,231 @@
+"""The web view's Starlette app: pages, the cancel form and the live updates of a run.
+
+Blocking store reads run on threads; a store failure is a 503 page naming the code, and any
+other failure a 500 page: never exception text, a URL or a stack trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from boundary import StoreError, ToolOutcome
+from boundary.models import is_safe_id
+from boundary.store.base import CanonicalStore
+from tasks.commands.common import printable
+from tasks.web import views
+from tasks.web.auth import Csrf, TokenGuard
+from tasks.web.feed import RunFeeds, TooManyStreams
+
+logger = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+
+#: Ends a PROJECTING call (``ToolBoundary.cancel``): ``(run_id, tool_call_id) -> outcome``.
+Canceller = Callable[[str, str], ToolOutcome]
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def _templates() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["duration"] = _duration
+    # Tool output may carry terminal escapes or bidi overrides: shown escaped.
+    env.filters["printable"] = lambda text: None if text is None else printable(str(text))
+    env.filters["q"] = lambda text: quote(str(text), safe="")
+    return env
+
+
+class WebView:
+    """The app's state: the store, what cancels, the live feeds, the CSRF key."""
+
+    def __init__(
+        self,
+        store: CanonicalStore,
+        *,
+        canceller: Canceller | None,
+        show_raw: bool,
+        store_label: str,
+    ) -> None:
+        self.store = store
+        self.canceller = canceller
+        self.show_raw = show_raw
+        self.store_label = store_label
+        self.csrf = Csrf()
+        self.templates = _templates()
+        self.feeds = RunFeeds(lambda run_id: views.live_rows(store, run_id))
+
+    def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = self.templates.get_template(name).render(
+            store=self.store_label, show_raw=self.show_raw, csrf=self.csrf, **context
+        )
+        return HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})
+
+    def problem(self, status: int, title: str, text: str) -> HTMLResponse:
+        return self.page("problem.html", status=status, title=title, text=text)
+
+    async def read(self, read: Callable[[], Any]) -> Any:
+        return await asyncio.to_thread(read)
+
+    # --- pages --------------------------------------------------------------------------
+
+    async def runs(self, request: Request) -> Response:
+        status = request.query_params.get("status") or None
+        tool = (request.query_params.get("tool") or "").strip() or None
+        if status not in (None, *views.STATUS_FILTERS):
+            status = None
+        query = views.RunsQuery(status=status, tool=tool)
+        page = await self.read(lambda: views.runs_page(self.store, query))
+        return self.page("runs.html", title="Runs", statuses=views.STATUS_FILTERS, **page)
+
+    async def run(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        page = await self.read(lambda: views.run_page(self.store, run_id))
+        if page is None:
+            return self.problem(404, "No such run", "No live run has this id (RECORD_NOT_FOUND).")
+        return self.page("run.html", title=f"Run {run_id}", **page)
+
+    async def call(self, request: Request) -> Response:
+        run_id, call_id = request.path_params["run_id"], request.path_params["tool_call_id"]
+        page = await self.read(
+            lambda: views.call_page(self.store, run_id, call_id, show_raw=self.show_raw)
+        )
+        if page is None:
+            return self.problem(
+                404, "No such call", "No live call has these ids (RECORD_NOT_FOUND)."
+            )
+        return self.page("call.html", title=f"Call {call_id}", run_id=run_id, **page)
+
+    async def cancel(self, request: Request) -> Response:
+        run_id, call_id = request.path_params["run_id"], request.path_params["tool_call_id"]
+        if not (is_safe_id(run_id) and is_safe_id(call_id)):
+            return self.problem(404, "No such call", "No live call has these ids.")
+        form = dict(parse_qsl((await request.body()).decode("utf-8", errors="replace")))
+        if not self.csrf.valid(cancel_action(run_id, call_id), form.get("csrf", "")):
+            return self.problem(
+                403,
+                "Refused",
+                "The form is out of date (CSRF check): reload the page and try again.",
+            )
+        if self.canceller is None:
+            return self.problem(501, "Not available", "This server cannot cancel calls.")
+        canceller = self.canceller
+        outcome = await self.read(lambda: canceller(run_id, call_id))
+        back = f"/runs/{quote(run_id, safe='')}"
+        if form.get("back") == "call":
+            back += f"/calls/{quote(call_id, safe='')}"
+        code = outcome.error_code.value if outcome.error_code else outcome.status.value
+        return RedirectResponse(f"{back}?cancel={quote(code)}", status_code=303)
+
+    async def events(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        if not is_safe_id(run_id):
+            return Response(status_code=404)
+        try:
+            stream: AsyncIterator[str] = await self.feeds.stream(run_id)
+        except TooManyStreams:
+            return Response("too many live views open", status_code=503)
+        return StreamingResponse(
+            stream,
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+
+
+class NoTracebacks:
+    """Starlette re-raises a failed request's exception after its 500 page, for the server to
+    log with its traceback and text (which may hold a URL or a payload): here it ends, logged
+    by its type only."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            logger.error("web view %s failed: %s", scope.get("path"), type(exc).__name__)
+            if started or scope["type"] != "http":
+                return
+            await send({"type": "http.response.start", "status": 500, "headers": []})
+            await send({"type": "http.response.body", "body": b"internal error"})
+
+
+def cancel_action(run_id: str, tool_call_id: str) -> str:
+    return f"cancel:{run_id}:{tool_call_id}"
+
+
+def create_app(
+    store: CanonicalStore,
+    *,
+    canceller: Canceller | None = None,
+    show_raw: bool = False,
+    token: str | None = None,
+    store_label: str = "",
+) -> ASGIApp:
+    """The web view over ``store``; with ``token``, every request must bring it."""
+    view = WebView(store, canceller=canceller, show_raw=show_raw, store_label=store_label)
+
+    async def store_failed(request: Request, exc: Exception) -> Response:
+        return view.problem(
+            503, "Store unavailable", "The store did not answer (STORE_UNAVAILABLE)."
+        )
+
+    async def failed(request: Request, exc: Exception) -> Response:
+        # Logged (by its type only) by NoTracebacks, which the exception reaches next.
+        return view.problem(
+            500, "Internal error", "This page failed; the server's log has its type."
+        )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await view.feeds.aclose()
+
+    app = Starlette(
+        routes=[
+            Route("/", view.runs),
+            Route("/runs/{run_id}", view.run),
+            Route("/runs/{run_id}/events", view.events),
+            Route("/runs/{run_id}/calls/{tool_call_id}", view.call),
+            Route("/runs/{run_id}/calls/{tool_call_id}/cancel", view.cancel, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ],
+        exception_handlers={StoreError: store_failed, Exception: failed},
+        lifespan=lifespan,
+    )
+    app.state.view = view
+    guarded = NoTracebacks(app)
+    return TokenGuard(guarded, token) if token else guarded

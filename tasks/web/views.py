@@ -1,0 +1,228 @@
+"""What the web pages show, read from the store: plain dicts, no HTML.
+
+Reads only, with the store's bounded reads: the runs index (never a SCAN), a pipeline of
+run summaries, one read of a run's calls (its progress and pending sets), one record. No raw
+response is read unless the server shows raw responses.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from boundary import CallProgress, CanonicalKey, CanonicalRecord, InvocationStatus
+from boundary.models import is_safe_id
+from boundary.store.base import CanonicalStore
+from tasks.runs import observe_run
+
+#: Runs a page of the runs index lists.
+RUNS_PAGE = 50
+#: Newest runs whose calls are read to filter by tool (each is one read of the run's calls).
+TOOL_FILTER_RUNS = 500
+#: Characters of a JSON field shown on a call's page (the rest is cut, and the page says so).
+FIELD_CHARS = 20_000
+#: Characters of a raw response shown with ``--show-raw``.
+RAW_CHARS = 65_536
+
+#: The statuses the runs index filters by: runs with at least one such call.
+STATUS_FILTERS = ("PROJECTING", "READY", "ERROR")
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round(max((end - start).total_seconds(), 0.0), 1)
+
+
+def progress_of(store: CanonicalStore, record: CanonicalRecord) -> CallProgress | None:
+    """A PROJECTING call's progress as the pages show it: what its record says (and, for a
+    call that has not started, whether flow control holds it waiting for a slot, once the
+    store can tell)."""
+    return CallProgress.of(record)
+
+
+def call_state(record: CanonicalRecord, progress: CallProgress | None) -> tuple[str, int | None]:
+    """``running``, ``waiting`` (for a slot of its tool: flow control), ``queued`` (sent, not
+    started) or ``done``; and, while waiting, the calls ahead of it (``None``: not known)."""
+    if record.status is not InvocationStatus.PROJECTING:
+        return "done", None
+    if progress is not None and progress.waiting:
+        return "waiting", progress.ahead
+    return ("running" if record.started_at is not None else "queued"), None
+
+
+def call_row(store: CanonicalStore, record: CanonicalRecord, now: datetime) -> dict[str, Any]:
+    """One call as a run's page (and its live updates) show it: never request or raw."""
+    progress = progress_of(store, record) if record.status is InvocationStatus.PROJECTING else None
+    state, ahead = call_state(record, progress)
+    end = record.updated_at if state == "done" else now
+    return {
+        "seq": record.seq,
+        "tool_call_id": record.tool_call_id,
+        "tool_name": record.tool_name,
+        "status": record.status.value,
+        "state": state,
+        "ahead": ahead,
+        "evidence_status": record.evidence_status.value if record.evidence_status else None,
+        "error_code": record.error_code.value if record.error_code else None,
+        "attempt": record.attempt,
+        "fraction": record.progress if state == "running" else None,
+        "message": record.progress_message if state == "running" else None,
+        "queued_s": _seconds(
+            record.created_at, record.started_at or (now if state != "done" else None)
+        ),
+        "ran_s": _seconds(record.started_at, end),
+        "total_s": _seconds(record.created_at, end),
+        "heartbeat_age_s": _seconds(record.heartbeat_at, now) if state == "running" else None,
+    }
+
+
+def run_calls(store: CanonicalStore, run_id: str) -> list[CanonicalRecord]:
+    """The run's calls in acceptance order (one read; raw responses are not read)."""
+    records = [e.record for e in store.progress(run_id) if e.record is not None]
+    return sorted(records, key=lambda r: r.seq)
+
+
+def run_page(store: CanonicalStore, run_id: str) -> dict[str, Any] | None:
+    """A run's page: its counts, its calls and its observed facts; ``None``: no such run."""
+    if not is_safe_id(run_id):
+        return None
+    summary = store.run_summary(run_id)
+    if summary is None:
+        return None
+    now = datetime.now(UTC)
+    rows = [call_row(store, r, now) for r in run_calls(store, run_id)]
+    facts = observe_run(store, run_id)
+    return {
+        "run_id": run_id,
+        "summary": summary,
+        "calls": rows,
+        "counts": _state_counts(rows),
+        "facts": [
+            {
+                "tool_call_id": f.tool_call_id,
+                "tool_name": f.tool_name,
+                "evidence_status": f.evidence_status.value,
+                "result": compact(f.result, 400),
+                "scope": compact(f.scope, 200),
+            }
+            for f in facts.facts
+        ],
+        "excluded": dict(sorted(facts.excluded.items())),
+        "omitted": facts.omitted,
+    }
+
+
+def live_rows(store: CanonicalStore, run_id: str) -> list[dict[str, Any]]:
+    """What a run's live updates carry: every call's row (small; no request, no result)."""
+    now = datetime.now(UTC)
+    return [call_row(store, r, now) for r in run_calls(store, run_id)]
+
+
+def _state_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    counts = {"running": 0, "waiting": 0, "queued": 0}
+    for row in rows:
+        if row["state"] in counts:
+            counts[row["state"]] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class RunsQuery:
+    status: str | None = None
+    tool: str | None = None
+
+
+def runs_page(store: CanonicalStore, query: RunsQuery) -> dict[str, Any]:
+    """The runs index, newest first (by its newest call), with counts by status and the
+    running and waiting calls of each run shown; filtered by status and tool."""
+    newest_first = list(store.run_ids())[::-1]
+    summaries = {s.run_id: s for s in store.run_summaries(newest_first)}
+    runs = [summaries[r] for r in newest_first if r in summaries]
+    if query.status == "PROJECTING":
+        runs = [s for s in runs if s.projecting]
+    elif query.status == "READY":
+        runs = [s for s in runs if s.ready]
+    elif query.status == "ERROR":
+        runs = [s for s in runs if s.error]
+    calls: dict[str, list[CanonicalRecord]] = {}
+    if query.tool:
+        candidates = [s.run_id for s in runs[:TOOL_FILTER_RUNS]]
+        progress = store.progress_many(candidates) if candidates else {}
+        calls = {r: [e.record for e in entries if e.record] for r, entries in progress.items()}
+        runs = [s for s in runs if any(c.tool_name == query.tool for c in calls.get(s.run_id, []))]
+    shown = runs[:RUNS_PAGE]
+    busy = [s.run_id for s in shown if s.projecting and s.run_id not in calls]
+    if busy:
+        for run_id, entries in store.progress_many(busy).items():
+            calls[run_id] = [e.record for e in entries if e.record]
+    now = datetime.now(UTC)
+    rows = []
+    for s in shown:
+        live = [
+            call_row(store, r, now)
+            for r in sorted(calls.get(s.run_id, []), key=lambda r: r.seq)
+            if r.status is InvocationStatus.PROJECTING
+        ]
+        rows.append({"summary": s, "live": live, "counts": _state_counts(live)})
+    totals = {
+        "runs": len(summaries),
+        "calls": sum(s.calls for s in summaries.values()),
+        "ready": sum(s.ready for s in summaries.values()),
+        "error": sum(s.error for s in summaries.values()),
+        "projecting": sum(s.projecting for s in summaries.values()),
+    }
+    return {
+        "runs": rows,
+        "matching": len(runs),
+        "totals": totals,
+        "query": query,
+        "tool_searched": TOOL_FILTER_RUNS if query.tool else None,
+    }
+
+
+def call_page(
+    store: CanonicalStore, run_id: str, tool_call_id: str, *, show_raw: bool
+) -> dict[str, Any] | None:
+    """A call's record: request, bounded result, scope, times, attempts; its raw response
+    only when ``show_raw``. ``None``: no such call."""
+    if not (is_safe_id(run_id) and is_safe_id(tool_call_id)):
+        return None
+    record = store.get(CanonicalKey(run_id=run_id, tool_call_id=tool_call_id), with_raw=show_raw)
+    if record is None:
+        return None
+    row = call_row(store, record, datetime.now(UTC))
+    page: dict[str, Any] = {
+        "record": record,
+        "row": row,
+        "request": pretty(record.request),
+        "agent_result": pretty(record.agent_result),
+        "scope": pretty(record.scope),
+        "diagnostic": record.diagnostic.model_dump(mode="json") if record.diagnostic else None,
+        "raw": None,
+        "raw_bytes": None,
+    }
+    if show_raw and record.raw is not None:
+        page["raw"] = pretty(record.raw, RAW_CHARS)
+        page["raw_bytes"] = len(record.raw.encode("utf-8"))
+    return page
+
+
+def pretty(text: str | None, limit: int = FIELD_CHARS) -> str | None:
+    """A stored JSON text indented for reading, cut past ``limit`` characters (said so)."""
+    if text is None:
+        return None
+    try:
+        shown = json.dumps(json.loads(text), ensure_ascii=False, indent=2, sort_keys=True)
+    except ValueError:
+        shown = text
+    if len(shown) > limit:
+        shown = f"{shown[:limit]}\n... ({len(shown) - limit} more characters not shown)"
+    return shown
+
+
+def compact(value: Any, limit: int) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return text if len(text) <= limit else f"{text[:limit]}... (+{len(text) - limit})"

@@ -1,0 +1,182 @@
+"""A real Flower over a real worker: a running call's progress shows on its execute task, and
+Flower's Broker API counts the messages of the ``tools``, ``long`` and ``projections`` queues.
+
+Flower and the worker run as ``celery -A tasks ...`` subprocesses on a broker DB of their
+own; the test reads Flower only through its HTTP API, as a monitoring script would.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from boundary import CanonicalKey, InvocationStatus, ToolBoundary, ToolCallEnvelope
+from tasks import CeleryDispatcher
+from tasks.app import LONG_QUEUE, PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
+from tasks.runtime import get_runtime
+from tests.celery.conftest import RUN
+from tests.celery.test_leaks_and_concurrency import wait_until_flower_sees_events
+from tests.celery.workers import celery_process
+from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.servers import free_port, release_port
+
+#: Seconds any wait of these tests may take (a loaded machine, a cold Flower).
+WAIT_S = 45.0
+
+
+@dataclass
+class Monitored:
+    api: str
+    boundary: ToolBoundary
+    broker: redis.Redis
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def wait_for(what: str, probe: Any) -> Any:
+    """Calls ``probe`` until it answers something true; returns that."""
+    deadline = time.monotonic() + WAIT_S
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except (urllib.error.URLError, OSError, KeyError, ValueError) as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: still {last!r} after {WAIT_S:.0f}s")
+
+
+@pytest.fixture(scope="module")
+def monitored(
+    tmp_path_factory: pytest.TempPathFactory, celery_session_app: Celery
+) -> Iterator[Monitored]:
+    """One worker (threads, concurrency 1: a second message waits in its queue) on the three
+    queues, and Flower, both on the subprocess broker DB."""
+    settings = celery_test_settings(broker_url=redis_url(SUBPROCESS_BROKER_DB))
+    broker = flush_db(SUBPROCESS_BROKER_DB)
+    logs = tmp_path_factory.mktemp("flower")
+    port = free_port()
+    worker = (
+        "worker", "-P", "threads", "-c", "1", "-Q",
+        f"{TOOLS_QUEUE},{LONG_QUEUE},{PROJECTIONS_QUEUE}",
+        "-n", "flower-test@%h", "-l", "INFO", "--without-mingle", "--without-gossip",
+    )  # fmt: skip
+    flower = ("flower", f"--port={port}", "--address=127.0.0.1")
+    try:
+        with (
+            celery_process(settings, *worker, log=logs / "worker.log"),
+            celery_process(
+                settings,
+                *flower,
+                ready_text="Visit me at",
+                log=logs / "flower.log",
+                extra_env={"FLOWER_UNAUTHENTICATED_API": "true"},
+            ),
+        ):
+            app = create_app(settings, name="tests_flower")
+            boundary = get_runtime().boundary(CeleryDispatcher(app))
+            api = f"http://127.0.0.1:{port}/api"
+            # Flower says it is up before its event receiver listens: calls until it sees one.
+            wait_until_flower_sees_events(boundary, api)
+            yield Monitored(api, boundary, broker)
+    finally:
+        release_port(port)
+        broker.flushdb()
+
+
+def call(monitored: Monitored, call_id: str, tool: str, arguments: dict[str, Any]) -> None:
+    envelope = ToolCallEnvelope(
+        run_id=RUN.run_id, tool_call_id=call_id, tool_name=tool, arguments=arguments
+    )
+    assert monitored.boundary.submit(envelope, RUN).accepted
+
+
+def test_a_running_calls_heartbeat_shows_in_flower_as_progress(
+    monitored: Monitored, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    # Given a tool that reports progress for about 6 s (30 steps of 0.2 s)
+    call(monitored, "flower-beat", "beating_once", {"steps": 30, "step_s": 0.2})
+    task_id = f"{RUN.run_id}:flower-beat:execute"
+
+    # When Flower's task API is read while it runs
+    def in_progress() -> dict[str, Any] | None:
+        info = get_json(f"{monitored.api}/task/info/{task_id}")
+        return info if info.get("state") == "PROGRESS" else None
+
+    info = wait_for("the execute task in state PROGRESS", in_progress)
+    # Then the task carries the heartbeat: fraction, message and attempt
+    details = json.loads(info["result"])
+    assert set(details) == {"progress", "progress_message", "attempt"}
+    assert 0.0 <= details["progress"] < 1.0
+    assert details["progress_message"].startswith("step ")
+    assert details["progress_message"].endswith(" of 30")
+    assert details["attempt"] == 1
+    # And what Flower shows of the task is its name and the ids, nothing of the arguments
+    assert info["name"] == "tool_boundary.execute"
+    assert info["args"] == f"('{RUN.run_id}', 'flower-beat')"
+    assert "step_s" not in json.dumps(info)
+
+    # And the progress moves on while the call runs
+    def moved() -> bool:
+        later = get_json(f"{monitored.api}/task/info/{task_id}")
+        return later.get("state") != "PROGRESS" or json.loads(later["result"]) != details
+
+    wait_for("a later progress event", moved)
+    # And once the call ends, the task's end replaces the progress
+    key = CanonicalKey(run_id=RUN.run_id, tool_call_id="flower-beat")
+    outcome = monitored.boundary.outcome(key.run_id, key.tool_call_id, timeout=WAIT_S)
+    assert outcome.status is InvocationStatus.READY
+    done = wait_for(
+        "the execute task SUCCESS",
+        lambda: (i := get_json(f"{monitored.api}/task/info/{task_id}"))["state"] == "SUCCESS" and i,
+    )
+    assert done["result"] == "'STORED'"
+
+
+def test_flowers_broker_api_counts_each_queues_messages(
+    monitored: Monitored, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    # Given the worker's one slot held by a running call
+    call(monitored, "flower-busy", "sleepy", {"seconds": 6, "started": str(tmp_path / "on")})
+    wait_for("the held call to start", (tmp_path / "on").exists)
+    # And messages waiting behind it: three on "tools", two on "long"
+    for n in range(3):
+        call(monitored, f"flower-tools-{n}", "lookup", {"query": f"q{n}"})
+    for n in range(2):
+        call(monitored, f"flower-long-{n}", "long_lookup", {"query": f"q{n}"})
+    assert monitored.broker.llen(TOOLS_QUEUE) == 3
+    assert monitored.broker.llen(LONG_QUEUE) == 2
+
+    # When Flower's queue lengths are read
+    def lengths() -> dict[str, int] | None:
+        answer = get_json(f"{monitored.api}/queues/length")
+        found = {q["name"]: q["messages"] for q in answer["active_queues"]}
+        return found if found.get(TOOLS_QUEUE) == 3 else None
+
+    found = wait_for("Flower's queue lengths", lengths)
+    # Then it names the three queues with the broker's own counts
+    assert found == {TOOLS_QUEUE: 3, LONG_QUEUE: 2, PROJECTIONS_QUEUE: 0}
+    # And its Broker page answers (it used to be 404: "'redis' broker is not supported")
+    with urllib.request.urlopen(monitored.api.removesuffix("/api") + "/broker", timeout=5) as page:
+        assert page.status == 200
+        assert "redis://" in page.read().decode()
+    # And every call still ends READY once the slot frees
+    for call_id in ("flower-busy", "flower-tools-0", "flower-long-1"):
+        outcome = monitored.boundary.outcome(RUN.run_id, call_id, timeout=WAIT_S)
+        assert outcome.status is InvocationStatus.READY, call_id
