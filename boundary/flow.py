@@ -194,9 +194,7 @@ class Flow:
     def limited_tools(self) -> list[str]:
         """Every tool whose calls go through flow control, in the registry or overridden
         (the overrides read now: for the reaper, the CLI, a metrics scrape)."""
-        tools = list(
-            dict.fromkeys(s.name for r in self.registries for s in r if s.limited)
-        )
+        tools = list(dict.fromkeys(s.name for r in self.registries for s in r if s.limited))
         return tools + sorted(self.refresh_overrides() - set(tools))
 
     # --- The steps of a limited call ------------------------------------------------------

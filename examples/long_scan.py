@@ -98,3 +98,18 @@ def scan_metrics_spec(db_corpus: str) -> ToolSpec:
         retry=RetryPolicy(max_attempts=2, backoff_s=0),
         queue="long",
     )
+
+
+def audit_metrics_spec(db_corpus: str) -> ToolSpec:
+    """``scan_metrics`` under fleet flow control: the metrics store takes one full audit at a
+    time, whatever the number of workers, so a second call waits for the first's slot."""
+    return scan_metrics_spec(db_corpus).model_copy(
+        update={
+            "name": "audit_metrics",
+            "description": (
+                "Audit of the Orbit API's request and error totals, an hour of metrics at a"
+                " time; one audit runs at once across the fleet (others wait their turn)."
+            ),
+            "concurrency": 1,
+        }
+    )

@@ -15,7 +15,7 @@ from boundary.registry import ToolRegistry, ToolSpec
 from examples import logsearch, sqlread
 from examples._args import check_keys, int_arg, text_arg
 from examples.docsearch import DocumentIndex
-from examples.long_scan import scan_metrics_spec
+from examples.long_scan import audit_metrics_spec, scan_metrics_spec
 from projectors.logs import LogSearchProjector
 from projectors.rag import DocumentSearchProjector
 from projectors.sql import SqlRowsProjector
@@ -245,6 +245,7 @@ def build_registry() -> ToolRegistry:
                 timeout_s=5,
             ),
             scan_metrics_spec(DB_CORPUS),
+            audit_metrics_spec(DB_CORPUS),
         ]
     )
 

@@ -27,7 +27,14 @@ from boundary import (
     load_registry,
 )
 from tasks.app import LONG_QUEUE, PROJECTIONS_QUEUE, TOOLS_QUEUE, configure
-from tasks.demo_long import LONG_SCRIPT, LONG_TOOL, LongReport, reaper_thread, run_long_calls
+from tasks.demo_long import (
+    LIMITED_TOOL,
+    LONG_SCRIPT,
+    LONG_TOOL,
+    LongReport,
+    reaper_thread,
+    run_long_calls,
+)
 from tasks.dispatcher import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.services import check_broker, check_result_backend, check_workers
@@ -125,7 +132,9 @@ SCRIPT: tuple[Step, ...] = (
 )
 
 #: What the scripted run may use: not ``delete_rows``, and ``search_docs`` twice.
-AUTHORIZED_TOOLS = frozenset({"search_docs", "search_logs", "sql_read", "dump_table", LONG_TOOL})
+AUTHORIZED_TOOLS = frozenset(
+    {"search_docs", "search_logs", "sql_read", "dump_table", LONG_TOOL, LIMITED_TOOL}
+)
 TOOL_BUDGETS = {"search_docs": 2}
 
 

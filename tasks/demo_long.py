@@ -4,7 +4,9 @@ Three calls of ``scan_metrics`` (``examples.long_scan``) run side by side on the
 queue while the terminal shows their progress bars: one runs to its end; one is cancelled
 mid-way (``ToolBoundary.cancel``: sealed CANCELLED, and the tool stops at its next
 heartbeat); one goes silent on its first attempt as a dead worker would, is found lost by the
-reaper after its heartbeat timeout and ends READY on attempt 2.
+reaper after its heartbeat timeout and ends READY on attempt 2. Beside them, two calls of
+``audit_metrics`` (the same tool limited to one at a time across the fleet): the second waits
+for the first's slot, in Redis, and says so ("waiting for a slot").
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from boundary import (
     ToolBoundary,
     ToolCallEnvelope,
 )
+from boundary.flow import waiting_progress
 
-#: The long tool of the demo.
+#: The long tool of the demo, and the same limited to one call at a time (flow control).
 LONG_TOOL = "scan_metrics"
+LIMITED_TOOL = "audit_metrics"
 #: The cancelled call is cancelled once this far along.
 CANCEL_AT = 0.3
 #: Longest the long calls may take together before the demo calls them stuck, seconds.
@@ -47,10 +51,12 @@ class LongStep:
     expect_error: ErrorCode | None = None
     expect_attempt: int = 1
     cancel: bool = False
+    tool: str = LONG_TOOL
+    #: It must be seen waiting for a slot of its limited tool at some point.
+    expect_wait: bool = False
 
 
-#: The long calls, started together. (Flow control adds calls of a limited tool that wait
-#: for a slot here: a ``LongStep`` each, shown as "waiting for a slot (N ahead)".)
+#: The long calls, started together.
 LONG_SCRIPT: tuple[LongStep, ...] = (
     LongStep(
         "long report, live progress",
@@ -73,7 +79,27 @@ LONG_SCRIPT: tuple[LongStep, ...] = (
         InvocationStatus.READY,
         expect_attempt=2,
     ),
+    LongStep(
+        "one at a time (limited)",
+        "call_audit_1",
+        {"pages": 10, "page_s": 0.2},
+        InvocationStatus.READY,
+        tool=LIMITED_TOOL,
+    ),
+    LongStep(
+        "waits for a slot",
+        "call_audit_2",
+        {"pages": 10, "page_s": 0.2},
+        InvocationStatus.READY,
+        tool=LIMITED_TOOL,
+        expect_wait=True,
+    ),
 )
+
+
+#: What the terminal draws of one long call: its step, its record, and "waiting for a slot
+#: (N ahead)" while it waits in its limited tool's line.
+LongView = tuple[LongStep, CanonicalRecord | None, str | None]
 
 
 @dataclass
@@ -87,12 +113,14 @@ class LongReport:
     stopped_at: str | None
     seconds: float
     expected: bool
+    #: It was seen waiting for a slot of its limited tool.
+    waited: bool = False
 
 
 def run_long_calls(
     boundary: ToolBoundary,
     run: RunContext,
-    on_progress: Callable[[list[tuple[LongStep, CanonicalRecord | None]]], None] | None = None,
+    on_progress: Callable[[list[LongView]], None] | None = None,
 ) -> list[LongReport]:
     """Starts the long calls, follows them (cancelling one), returns how each ended."""
     started = time.monotonic()
@@ -100,7 +128,7 @@ def run_long_calls(
         envelope = ToolCallEnvelope(
             run_id=run.run_id,
             tool_call_id=step.tool_call_id,
-            tool_name=LONG_TOOL,
+            tool_name=step.tool,
             arguments=step.arguments,
         )
         boundary.submit(envelope, run)
@@ -111,8 +139,11 @@ def run_long_calls(
     stopped: dict[str, str | None] = {}
     ended: dict[str, float] = {}
     records: dict[str, CanonicalRecord | None] = {}
+    waited: set[str] = set()
     while time.monotonic() - started < LONG_TIMEOUT_S:
         records = {c: boundary.store.get(k, with_raw=False) for c, k in keys.items()}
+        waiting = {c: _waiting(boundary, r) for c, r in records.items()}
+        waited |= {c for c, w in waiting.items() if w is not None}
         now = time.monotonic() - started
         for step in LONG_SCRIPT:
             record = records[step.tool_call_id]
@@ -122,11 +153,27 @@ def run_long_calls(
                 stopped[step.tool_call_id] = record.progress_message
                 boundary.cancel(run.run_id, step.tool_call_id)
         if on_progress is not None:
-            on_progress([(s, records[s.tool_call_id]) for s in LONG_SCRIPT])
+            on_progress(
+                [(s, records[s.tool_call_id], waiting[s.tool_call_id]) for s in LONG_SCRIPT]
+            )
         if len(ended) == len(LONG_SCRIPT):
             break
         time.sleep(POLL_S)
-    return [_report(s, records.get(s.tool_call_id), stopped, ended) for s in LONG_SCRIPT]
+    return [
+        _report(s, records.get(s.tool_call_id), stopped, ended, s.tool_call_id in waited)
+        for s in LONG_SCRIPT
+    ]
+
+
+def _waiting(boundary: ToolBoundary, record: CanonicalRecord | None) -> str | None:
+    """ "waiting for a slot (N ahead)" while a limited tool's call waits in its line."""
+    ops = getattr(boundary.store, "flow_ops", None)
+    if record is None or record.started_at is not None or ops is None:
+        return None
+    if record.status is not InvocationStatus.PROJECTING:
+        return None
+    progress = waiting_progress(ops, record)
+    return progress.message if progress is not None and progress.waiting else None
 
 
 def _report(
@@ -134,6 +181,7 @@ def _report(
     record: CanonicalRecord | None,
     stopped: dict[str, str | None],
     ended: dict[str, float],
+    waited: bool,
 ) -> LongReport:
     status = "MISSING" if record is None else record.status.value
     code = record.error_code if record is not None else None
@@ -148,7 +196,9 @@ def _report(
         seconds=round(ended.get(step.tool_call_id, LONG_TIMEOUT_S), 1),
         expected=status == step.expect_status.value
         and code is step.expect_error
-        and attempt == step.expect_attempt,
+        and attempt == step.expect_attempt
+        and (waited or not step.expect_wait),
+        waited=waited,
     )
 
 

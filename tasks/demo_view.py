@@ -12,10 +12,10 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from boundary import CanonicalRecord, EvidenceStatus, InvocationStatus, ObservedFacts
+from boundary import EvidenceStatus, InvocationStatus, ObservedFacts
 from tasks.commands.common import printable
 from tasks.demo import SCRIPT, CallReport, DemoReport
-from tasks.demo_long import LONG_SCRIPT, LongReport, LongStep
+from tasks.demo_long import LONG_SCRIPT, LongReport, LongView
 
 #: Characters of a fact's result shown in the facts table (``--json`` shows all).
 FACT_CHARS = 160
@@ -83,19 +83,21 @@ def facts_table(facts: ObservedFacts) -> Table:
     return table
 
 
-def long_bars(calls: list[tuple[LongStep, CanonicalRecord | None]]) -> Progress:
-    """The long calls as progress bars: fraction, attempt and the tool's message."""
+def long_bars(calls: list[LongView]) -> Progress:
+    """The long calls as progress bars: fraction, attempt and the tool's message (or that the
+    call waits for a slot of its limited tool)."""
     bars = Progress(
         TextColumn("{task.fields[name]}"),
         BarColumn(bar_width=24),
         TaskProgressColumn(),
         TextColumn("{task.fields[note]}"),
     )
-    for step, record in calls:
+    for step, record, waiting in calls:
         fraction = (record.progress or 0.0) if record is not None else 0.0
         if record is None or record.status is InvocationStatus.PROJECTING:
             started = record is not None and record.started_at is not None
             note = f"attempt {record.attempt}" if record is not None and started else "queued"
+            note = waiting or note
             if record is not None and record.progress_message:
                 note += f": {record.progress_message}"
         else:
@@ -122,6 +124,8 @@ def long_table(calls: list[LongReport]) -> Table:
             outcome.append(f"  {call.error_code}")
         if call.stopped_at:
             outcome.append(f"\n(stopped at {call.stopped_at})")
+        if call.waited:
+            outcome.append("\n(waited for a slot)")
         if not call.expected:
             outcome.append(" (unexpected)", style="bold red")
         table.add_row(
@@ -162,7 +166,7 @@ class LiveView:
         if self.live is not None:
             self.live.refresh()
 
-    def long(self, calls: list[tuple[LongStep, CanonicalRecord | None]]) -> None:
+    def long(self, calls: list[LongView]) -> None:
         if self.live is not None:
             self.live.update(Group(self.table, long_bars(calls)), refresh=True)
 
@@ -204,6 +208,7 @@ def report_json(report: DemoReport) -> dict[str, Any]:
                 "stopped_at": c.stopped_at,
                 "seconds": c.seconds,
                 "expected": c.expected,
+                "waited_for_slot": c.waited,
             }
             for c in report.long_calls
         ],

@@ -59,7 +59,7 @@ def _flow(settings: Settings, store: RedisCanonicalStore, *, sending: bool = Fal
     return Flow(store, _registry(settings), sender)
 
 
-def _view(status: FlowStatus) -> dict[str, Any]:
+def limits_view(status: FlowStatus) -> dict[str, Any]:
     limits = status.limits
     rate = None
     if limits.rate_limit is not None and limits.rate_period_s is not None:
@@ -129,7 +129,7 @@ def limits(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     settings = settings_or_fail()
     with reaching(settings):
         flow = _flow(settings, open_store(settings))
-        views = [_view(flow.status(tool)) for tool in flow.limited_tools()]
+        views = [limits_view(flow.status(tool)) for tool in flow.limited_tools()]
     if as_json:
         typer.echo(dumps(views))
     else:
@@ -223,7 +223,7 @@ def set_limits(
         store.flow_ops.set_override(tool, override)
         flow = _flow(settings, store, sending=True)
         started = flow.pump(tool)
-        view = _view(flow.status(tool))
+        view = limits_view(flow.status(tool))
     _done(view, started, as_json)
 
 
@@ -236,7 +236,7 @@ def reset_limits(tool: ToolArg, as_json: JsonFlag = False) -> None:
         store.flow_ops.set_override(tool, {})
         flow = _flow(settings, store, sending=True)
         started = flow.pump(tool)
-        view = _view(flow.status(tool))
+        view = limits_view(flow.status(tool))
     _done(view, started, as_json)
 
 

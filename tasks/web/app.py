@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from boundary import StoreError, ToolOutcome
+from boundary.flow import Flow
 from boundary.models import is_safe_id
 from boundary.store.base import CanonicalStore
 from tasks.commands.common import printable
@@ -71,8 +72,10 @@ class WebView:
         canceller: Canceller | None,
         show_raw: bool,
         store_label: str,
+        flow: Flow | None = None,
     ) -> None:
         self.store = store
+        self.flow = flow
         self.canceller = canceller
         self.show_raw = show_raw
         self.store_label = store_label
@@ -120,6 +123,11 @@ class WebView:
                 404, "No such call", "No live call has these ids (RECORD_NOT_FOUND)."
             )
         return self.page("call.html", title=f"Call {call_id}", run_id=run_id, **page)
+
+    async def limits(self, request: Request) -> Response:
+        flow = self.flow
+        page = await self.read(lambda: views.limits_page(flow))
+        return self.page("limits.html", title="Limits", **page)
 
     async def cancel(self, request: Request) -> Response:
         run_id, call_id = request.path_params["run_id"], request.path_params["tool_call_id"]
@@ -194,9 +202,13 @@ def create_app(
     show_raw: bool = False,
     token: str | None = None,
     store_label: str = "",
+    flow: Flow | None = None,
 ) -> ASGIApp:
-    """The web view over ``store``; with ``token``, every request must bring it."""
-    view = WebView(store, canceller=canceller, show_raw=show_raw, store_label=store_label)
+    """The web view over ``store``; with ``token``, every request must bring it. ``flow``:
+    the flow control whose limited tools the limits page lists."""
+    view = WebView(
+        store, canceller=canceller, show_raw=show_raw, store_label=store_label, flow=flow
+    )
 
     async def store_failed(request: Request, exc: Exception) -> Response:
         return view.problem(
@@ -217,6 +229,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/", view.runs),
+            Route("/limits", view.limits),
             Route("/runs/{run_id}", view.run),
             Route("/runs/{run_id}/events", view.events),
             Route("/runs/{run_id}/calls/{tool_call_id}", view.call),

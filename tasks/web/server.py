@@ -7,7 +7,8 @@ import os
 import uvicorn
 from starlette.types import ASGIApp
 
-from boundary import ConfigurationError, ToolBoundary, ToolOutcome, ToolRegistry
+from boundary import ConfigurationError, ToolBoundary, ToolOutcome, ToolRegistry, load_registry
+from boundary.flow import Flow
 from tasks.mcp_server.settings import is_loopback
 from tasks.runtime import store_from_settings
 from tasks.settings import Settings, redis_location
@@ -43,11 +44,16 @@ def build_app(settings: Settings, *, show_raw: bool, token: str | None) -> ASGIA
     from tasks.dispatcher import CeleryDispatcher
 
     store = store_from_settings(settings)
-    # Cancel needs the store and the dispatcher only (seal, then revoke): the tools' own
-    # registry is not loaded here.
+    # The tools' registry, for their declared limits: a cancel of a limited tool's call gives
+    # its slot (or place in line) up, and the limits page lists them. Without it, the pages
+    # work all the same (a cancelled call's slot is then left to the reaper's check).
+    try:
+        registry = load_registry(settings.tools)
+    except ConfigurationError:
+        registry = ToolRegistry()
     boundary = ToolBoundary(
         store=store,
-        registry=ToolRegistry(),
+        registry=registry,
         dispatcher=CeleryDispatcher(create_celery_app(settings, name="tool_boundary_web")),
     )
 
@@ -60,6 +66,7 @@ def build_app(settings: Settings, *, show_raw: bool, token: str | None) -> ASGIA
         show_raw=show_raw,
         token=token,
         store_label=redis_location(settings.store_url),
+        flow=store.flow if isinstance(store.flow, Flow) else None,
     )
 
 

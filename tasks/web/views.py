@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from boundary import CallProgress, CanonicalKey, CanonicalRecord, InvocationStatus
+from boundary.flow import Flow, waiting_progress
 from boundary.models import is_safe_id
 from boundary.store.base import CanonicalStore
+from tasks.commands.limits import limits_view
 from tasks.runs import observe_run
 
 #: Runs a page of the runs index lists.
@@ -37,10 +39,21 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
 
 
 def progress_of(store: CanonicalStore, record: CanonicalRecord) -> CallProgress | None:
-    """A PROJECTING call's progress as the pages show it: what its record says (and, for a
-    call that has not started, whether flow control holds it waiting for a slot, once the
-    store can tell)."""
+    """A PROJECTING call's progress as the pages show it: what its record says, and for a
+    call that has not started, whether flow control holds it waiting for a slot (one read of
+    its tool's flow control: ``boundary.flow.waiting_progress``)."""
+    ops = getattr(store, "flow_ops", None)
+    if record.started_at is None and ops is not None:
+        return waiting_progress(ops, record)
     return CallProgress.of(record)
+
+
+def limits_page(flow: Flow | None) -> dict[str, Any]:
+    """Each limited tool's limits, calls holding a slot, waiting by tenant, and starts in
+    its rate period (``tool-boundary limits``; each tool's own keys, never a scan)."""
+    if flow is None:
+        return {"tools": [], "available": False}
+    return {"tools": [limits_view(flow.status(t)) for t in flow.limited_tools()], "available": True}
 
 
 def call_state(record: CanonicalRecord, progress: CallProgress | None) -> tuple[str, int | None]:

@@ -91,6 +91,8 @@ def assert_scripted(report: dict[str, Any]) -> None:
         "call_search_2",
         "call_scan_1",
         "call_scan_3",
+        "call_audit_1",
+        "call_audit_2",
     ]
     assert facts["facts"][3]["evidence_status"] == "NO_EVIDENCE"
     assert facts["facts"][3]["scope"]["query"] == "quantum entanglement billing"
@@ -102,8 +104,12 @@ def assert_scripted(report: dict[str, Any]) -> None:
         ("READY", None, 1),
         ("ERROR", "CANCELLED", 1),
         ("READY", None, 2),
+        ("READY", None, 1),
+        ("READY", None, 1),
     ]
     assert long_calls["call_scan_2"]["stopped_at"].startswith("hour ")
+    # (audit_metrics runs one at a time: its second call waited in line for the first's slot)
+    assert long_calls["call_audit_2"]["waited_for_slot"] is True
     assert all(c["expected"] for c in long_calls.values())
     assert facts["omitted"] == 0
     assert report["ok"] is True

@@ -256,3 +256,31 @@ def test_browsers_on_one_run_share_one_reader() -> None:
     assert readers == 1
     assert all(first.startswith("event: calls\ndata: ") for first in firsts)
     assert set(reads) == {"run-a"}
+
+
+def test_limited_tools_waiting_calls_and_the_limits_page(secret_redis: RedisServer) -> None:
+    # Given "held_slot" (one at once) with its slot held and two calls waiting, one of them of
+    # another tenant
+    store = store_for(secret_redis)
+    boundary = ToolBoundary(store=store, registry=registry, dispatcher=HeldDispatcher())
+    other = RUN.model_copy(update={"run_id": "web-run-b", "tenant": "beta"})
+    for run, call_id in ((RUN, "h1"), (RUN, "h2"), (other, "h3")):
+        envelope = ToolCallEnvelope(
+            run_id=run.run_id, tool_call_id=call_id, tool_name="held_slot", arguments={}
+        )
+        assert boundary.submit(envelope, run).accepted
+    settings = settings_for(secret_redis)
+    with serving(build_app(settings, show_raw=False, token=None)) as served:
+        run_page = fetch(f"{served.base}/runs/{RUN.run_id}").body
+        limits = fetch(f"{served.base}/limits")
+        other_call = fetch(f"{served.base}/runs/{other.run_id}/calls/h3").body
+    # Then the run's waiting call says so, with the calls ahead of it
+    assert "waiting for a slot (0 ahead)" in run_page
+    # And the limits page lists the tool: one running, two waiting, by tenant
+    assert limits.status == 200
+    row = limits.body[limits.body.index("held_slot") :]
+    assert "concurrency 1" in row
+    assert re.search(r'data-label="running">1<', row) and re.search(r'data-label="waiting">2<', row)
+    assert "beta: 1" in row and "(shared): 1" in row
+    assert "waiting for a slot" in other_call
+    assert_clean(limits.body, "the limits page")
