@@ -374,8 +374,11 @@ class TestRegistry:
             "dump_table": (True, 30.0),
             "delete_rows": (False, 5.0),
             "scan_metrics": (True, 720.0),
+            "audit_metrics": (True, 720.0),
         }
         assert all(isinstance(spec.projector, Projector) for spec in registry)
+        # audit_metrics is scan_metrics under fleet flow control: one call at a time
+        assert [(s.name, s.concurrency) for s in registry if s.limited] == [("audit_metrics", 1)]
 
     def test_the_registry_loads_by_its_import_path(self) -> None:
         loaded = load_registry("examples.tools:registry")
