@@ -40,11 +40,13 @@ TOOL_S = 1.5
 DOWN_S = 5.0
 #: Seconds the worker is watched after the broker is back.
 WATCH_S = 20.0
+#: Seconds left for the worker's last acks before the broker is read.
+SETTLE_S = 2.0
 #: Log lines worth reporting (the rest is the worker's usual chatter).
 TELLING = ("Restoring", "unacknowledged", "Unrecoverable", "CRITICAL", "Traceback", "Connected to")
 
 
-def worker_command(pool: str) -> list[str]:
+def worker_command(pool: str, concurrency: int = 8) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -54,7 +56,7 @@ def worker_command(pool: str) -> list[str]:
         "worker",
         f"--pool={pool}",
         "-c",
-        "8",
+        str(concurrency),
         "-Q",
         "tools,projections",
         "-l",
@@ -64,8 +66,11 @@ def worker_command(pool: str) -> list[str]:
     ]
 
 
-def reproduce(directory: Path, ports: PortRange, pool: str = "threads") -> dict[str, Any]:
-    broker = RedisProcess("broker", ports.take(), directory / "broker", appendonly=False).start()
+def reproduce(
+    directory: Path, ports: PortRange, pool: str = "threads", broker_aof: bool = False
+) -> dict[str, Any]:
+    broker = RedisProcess("broker", ports.take(), directory / "broker", appendonly=broker_aof)
+    broker.start()
     store_server = RedisProcess("store", ports.take(), directory / "store", appendonly=False)
     store_server.start()
     worker: subprocess.Popen[bytes] | None = None
@@ -94,7 +99,7 @@ def reproduce(directory: Path, ports: PortRange, pool: str = "threads") -> dict[
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        _wait_for(lambda: " ready." in log.read_text(errors="replace"), 60, "worker start")
+        wait_for(lambda: " ready." in log.read_text(errors="replace"), 60, "worker start")
         run = RunContext(run_id=f"repro-{uuid.uuid4().hex[:8]}", authorized_tools={SLEEP})
         keys = [CanonicalKey(run_id=run.run_id, tool_call_id=f"c{n}") for n in range(CALLS)]
         for key in keys:
@@ -105,7 +110,7 @@ def reproduce(directory: Path, ports: PortRange, pool: str = "threads") -> dict[
                 arguments={"seconds": TOOL_S},
             )
             assert boundary.submit(call, run).accepted
-        _wait_for(
+        wait_for(
             lambda: all((r := store.get(k)) and r.started_at for k in keys), 30, "calls to run"
         )
         # When the broker dies under the running calls and comes back 5 s later
@@ -124,8 +129,12 @@ def reproduce(directory: Path, ports: PortRange, pool: str = "threads") -> dict[
             )
             after = boundary.invoke(call, run, timeout=30).status.value
         lines = log.read_text(errors="replace").splitlines()
+        time.sleep(SETTLE_S)  # the last call's ack is sent after its outcome is read
         return {
             "pool": pool,
+            "broker_aof": broker_aof,
+            # kombu's record of delivered, unacknowledged messages (a broker with AOF kept it)
+            "broker_unacked_left": broker.client().hlen("unacked"),
             "worker_exit_code": exited,
             "worker_alive": exited is None,
             "calls": [o.error_code.value if o.error_code else o.status.value for o in outcomes],
@@ -144,7 +153,7 @@ def reproduce(directory: Path, ports: PortRange, pool: str = "threads") -> dict[
         store_server.stop()
 
 
-def _wait_for(condition: Any, timeout_s: float, what: str) -> None:
+def wait_for(condition: Any, timeout_s: float, what: str) -> None:
     give_up = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > give_up:
@@ -161,10 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ports", default="22000-22099", help="FIRST-LAST for the redis-servers")
     parser.add_argument("--pool", default="threads", choices=("threads", "prefork", "solo"))
+    parser.add_argument("--broker-aof", action="store_true", help="the broker keeps an AOF")
     parser.add_argument("--dir", default=None, help="where the servers' data and the log go")
     args = parser.parse_args(argv)
     directory = Path(args.dir or tempfile.mkdtemp(prefix="chaos-repro-"))
-    report = reproduce(directory, parse_ports(args.ports), args.pool)
+    report = reproduce(directory, parse_ports(args.ports), args.pool, args.broker_aof)
     report["worker_log"] = str(directory / "worker.log")
     json.dump(report, sys.stdout, indent=2)
     print()
