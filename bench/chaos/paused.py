@@ -116,12 +116,19 @@ def measure(directory: Path, ports: PortRange, pause_s: float) -> dict[str, Any]
             scope.beat(progress=0.5, message="working")
             return f"returned, {scope.writes} write(s) stored"
 
+        async def asubmit() -> str:
+            submission = await b.asubmit(setup.next_call(), run)
+            return "accepted" if submission.accepted else _answer_of(submission.outcome)
+
         async def aoutcome() -> str:
             return _answer_of(await b.aoutcome(run.run_id, pending.tool_call_id, timeout=0.5))
 
         return {
             "pause_s": pause_s,
             "submit, one Redis paused": timed(setup.shared, pause_s, submit(b)),
+            "asubmit, one Redis paused": timed(
+                setup.shared, pause_s, lambda: asyncio.run(asubmit())
+            ),
             "submit, store paused (own broker)": timed(
                 setup.shared, pause_s, submit(setup.own_broker)
             ),
