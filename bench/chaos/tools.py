@@ -115,7 +115,7 @@ def build_registry() -> ToolRegistry:
                 executor=counted(beating),
                 projector=projector,
                 read_only=True,
-                timeout_s=60,
+                timeout_s=30,
                 heartbeat_timeout_s=5,
                 retry=LONG_RETRY,
             ),
