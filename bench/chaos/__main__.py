@@ -43,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
         settle_s=args.settle_s,
     )
     line = summary(found, args.seed, args.minutes)
-    (directory / "report.json").write_text(json.dumps(found, indent=2) + "\n")
     if args.json:
         json.dump(found, sys.stdout, indent=2)
         print()

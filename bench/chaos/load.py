@@ -39,6 +39,8 @@ class Seen:
 
     accepted: dict[tuple[str, str], str] = field(default_factory=dict)
     refused: Counter[str] = field(default_factory=Counter)
+    #: The code each refused call got at submit.
+    refused_calls: dict[tuple[str, str], str] = field(default_factory=dict)
     last_outcome: dict[tuple[str, str], str] = field(default_factory=dict)
     cancels: int = 0
     caller_errors: Counter[str] = field(default_factory=Counter)
@@ -51,6 +53,8 @@ class Seen:
                 self.accepted[(call.run_id, call.tool_call_id)] = call.tool_name
             else:
                 self.refused[code or "?"] += 1
+                assert call.run_id and call.tool_call_id
+                self.refused_calls[(call.run_id, call.tool_call_id)] = code or "?"
 
     def read(self, identity: tuple[str, str], outcome: ToolOutcome) -> None:
         with self._lock:

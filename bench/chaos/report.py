@@ -74,6 +74,13 @@ def settle(
         time.sleep(SETTLE_POLL_S)
 
 
+def _status(store: RedisCanonicalStore, identity: Identity) -> str:
+    record = read_records(store, [identity])[identity]
+    if record is None:
+        return "missing"
+    return str(record.error_code.value if record.error_code else record.status.value)
+
+
 def _pending(record: Any) -> bool:
     if record == "unreadable":
         return True
@@ -170,7 +177,10 @@ def build(
             "missing_record_after_a_sealed_outcome": missing_seen,
             "duplicate_calls": duplicate_calls[:10],
             "executions": sum(s for a in counted.values() for s, _ in a.values()),
-            "executed_but_not_accepted": len(set(counted) - set(seen.accepted)),
+            "executed_but_not_accepted": [
+                f"{':'.join(i)} refused {seen.refused_calls.get(i)}, record {_status(store, i)}"
+                for i in sorted(set(counted) - set(seen.accepted))[:10]
+            ],
             "keys_without_ttl": no_ttl_keys,
             "unplanned_exit_logs": [exit[-2000:] for exit in exits[:3]],
             "beat_unplanned_exits": len(fleet.beat.unplanned_exits),

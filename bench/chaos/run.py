@@ -3,6 +3,7 @@ alone to settle, then the report."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
@@ -80,6 +81,8 @@ def chaos(
             "fault_failures": injector.failed,
         }
         faults = Counter(i.fault for i in injector.injected)
-        return report.build(fleet, store, load.seen, records, faults=faults, details=details)
+        found = report.build(fleet, store, load.seen, records, faults=faults, details=details)
+        (directory / "report.json").write_text(json.dumps(found, indent=2) + "\n")
+        return found
     finally:
         fleet.stop()

@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import redis
@@ -22,6 +22,13 @@ class PortRange:
 
     def __init__(self, first: int, last: int) -> None:
         self._next: Iterator[int] = iter(range(first, last + 1))
+
+    @classmethod
+    def of(cls, ports: Iterable[int]) -> PortRange:
+        """Ports from ``ports``, taken as needed (a test hands out its own)."""
+        taken = cls(0, -1)
+        taken._next = iter(ports)
+        return taken
 
     def take(self) -> int:
         for port in self._next:
