@@ -98,6 +98,7 @@ class Program:
 
 
 def worker_command(name: str, pool: str, concurrency: int) -> list[str]:
+    """As the Procfile starts one (mingle and gossip on), on every queue of the chaos tools."""
     return [
         sys.executable,
         "-m",
@@ -110,13 +111,11 @@ def worker_command(name: str, pool: str, concurrency: int) -> list[str]:
         "-c",
         str(concurrency),
         "-Q",
-        "tools,projections",
+        "tools,projections,long",
         "-n",
         f"{name}@%h",
         "-l",
         "INFO",
-        "--without-mingle",
-        "--without-gossip",
     ]
 
 

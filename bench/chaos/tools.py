@@ -118,6 +118,7 @@ def build_registry() -> ToolRegistry:
                 timeout_s=30,
                 heartbeat_timeout_s=5,
                 retry=LONG_RETRY,
+                queue="long",
             ),
             # Fleet-wide concurrency 2 (flow control, issue 31: declared, enforced once built).
             ToolSpec(
