@@ -29,8 +29,9 @@ from tests.conftest import celery_test_settings
 from tests.helpers import wait_until
 from tests.servers import redis_server
 
-#: How long the store stays paused: past one socket timeout (5 s), so the first write of the
-#: raw response times out, and well within the worker's retries (about 23 s when paused).
+#: How long the store (and the broker, on the same server) stays paused: past one socket
+#: timeout (5 s), so the first write of the raw response times out, and well within the
+#: worker's retries (about 23 s when paused).
 PAUSE_S = 7.0
 
 
@@ -39,8 +40,12 @@ def test_a_store_that_stops_answering_as_the_tool_returns_does_not_run_the_tool_
     redis_client: redis.Redis, celery_session_app: Celery, tmp_path: Path
 ) -> None:
     with redis_server(tmp_path / "store", "--appendonly", "no") as store_server:
+        # A broker of the test's own (on the same server): the session's in-process worker
+        # consumes the shared one, with the session's store.
         settings = celery_test_settings(
-            redis_url=store_server.url, result_backend=store_server.url.replace("/0", "/1")
+            redis_url=store_server.url,
+            result_backend=store_server.url.replace("/0", "/1"),
+            broker_url=store_server.url.replace("/0", "/2"),
         )
         store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=600)
         boundary = ToolBoundary(
