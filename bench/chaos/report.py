@@ -24,8 +24,14 @@ import redis
 
 from bench.chaos.fleet import Fleet
 from bench.chaos.load import Seen
-from bench.chaos.tools import FINISHED, LONG, LONG_RETRY, STARTED
-from boundary import CanonicalKey, CanonicalRecord, InvocationStatus, RedisCanonicalStore
+from bench.chaos.tools import FINISHED, LONG, LONG_RETRY, STARTED, registry
+from boundary import (
+    CanonicalKey,
+    CanonicalRecord,
+    InvocationStatus,
+    RedisCanonicalStore,
+    ToolRegistry,
+)
 
 #: Seconds between two reads of the calls still PROJECTING while settling.
 SETTLE_POLL_S = 2.0
@@ -35,11 +41,10 @@ ALLOWED_ATTEMPTS = {LONG: LONG_RETRY.max_attempts}
 Identity = tuple[str, str]
 
 
-def slots_left_held(store: RedisCanonicalStore) -> int:
-    """Concurrency slots of the limited tool still held once every call has ended.
-
+def slots_left_held(store: RedisCanonicalStore, registry: ToolRegistry) -> int:
+    """Concurrency slots of the registry's limited tools (``ToolSpec.concurrency``) still
+    held once every call has ended."""
     # filled when flow control lands (issue 31)
-    """
     return 0
 
 
@@ -164,7 +169,7 @@ def build(
         "stuck": len(stuck),
         "duplicate_executions": duplicate_count,
         "unplanned_worker_exits": len(exits),
-        "slots_left_held": slots_left_held(store),
+        "slots_left_held": slots_left_held(store, registry),
         "keys_without_ttl": no_ttl,
         "faults": dict(sorted(faults.items())),
         "details": details
