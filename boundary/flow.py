@@ -42,9 +42,9 @@ logger = logging.getLogger(__name__)
 OVERRIDES_TTL_S = 1.0
 #: Added to a wake-up's delay, seconds, so it never comes a hair before its time.
 WAKE_MARGIN_S = 0.005
-#: Tries at giving a sealed call's slot up (a release is idempotent), and the first pause
-#: between two, seconds (doubling): a blip shorter than that does not leave the slot to the
-#: reaper's check.
+#: Tries at giving a sealed call's slot up (a release is idempotent), or at counting a start,
+#: and the first pause between two, seconds (doubling): a blip shorter than that does not
+#: leave the slot to the reaper's check.
 RELEASE_ATTEMPTS = 3
 RELEASE_RETRY_S = 0.2
 #: What a waiting call's progress says (``CallProgress.message``).
@@ -285,7 +285,17 @@ class Flow:
         limits = self.limits(tool)
         if limits is None or (limits.rate_limit is None and tool not in self.overridden()):
             return None
-        start_ms, wake_ms = self.ops.start(tool, limits, key, attempt)
+        for tried in range(RELEASE_ATTEMPTS):
+            try:
+                start_ms, wake_ms = self.ops.start(tool, limits, key, attempt)
+                break
+            except StoreError:
+                if tried + 1 == RELEASE_ATTEMPTS:
+                    # The tool runs all the same (its slot is held): its start is not counted
+                    # in the window, whose place it held since the grant stays taken instead.
+                    logger.warning("flow control: the start of %s not counted", key.identity)
+                    return None
+                time.sleep(RELEASE_RETRY_S * 2**tried)
         if wake_ms:
             self._schedule(tool, (wake_ms - start_ms) / 1000)
         return datetime.fromtimestamp(start_ms / 1000, tz=UTC)

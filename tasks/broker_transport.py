@@ -20,12 +20,35 @@ Here, for the worker's connection to a Redis broker:
   could not be recorded runs anyway, without the crash safety of late acks for that one message.
 - a lost connection still raises as before: Celery reconnects, as it always did.
 
-The reproduction for kombu upstream is in ``docs/KOMBU_ACK_OOM.md``.
+A lost broker connection (the broker killed, restarted or unreachable while tasks run): kombu
+tears the channel down with broker commands (the pending ``BRPOP``'s reply, the deletion of
+auto-delete fanout bindings, the restore of every unacknowledged message) and, once one of them
+has failed, closes it again after it has dropped the transport's address: the restore then
+raises ``AttributeError`` ('NoneType' object has no attribute 'hostname') out of Celery's
+reconnect and the worker exits (measured every time with a threads worker). Here:
+
+- ``Connection.collect`` (what Celery calls on a lost connection, and kombu after a fork)
+  forgets the connection's channels without a word to the broker (kombu's
+  ``Transport._collect`` hook, which its AMQP transports implement the same way);
+- a close whose broker stops answering is finished the same way;
+- such a close restores nothing: every message the worker was given is still in its hands
+  (running, or queued in its pool) and will be acked when its task ends. Restoring it would
+  run it a second time at once; kombu's ``unacked`` entry stays in the broker instead (if the
+  broker kept its data) and comes back after the visibility timeout only if that ack never
+  arrives;
+- the ack of such a message, after its channel closed, goes to the broker through the channel's
+  last connection pool (kombu forgot the address, the pool has it) once the broker answers
+  again; if it still cannot, it is logged and the message is left to the visibility timeout.
+
+The reproductions for kombu upstream are ``docs/KOMBU_ACK_OOM.md`` and
+``docs/KOMBU_LOST_CONNECTION.md``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,11 +62,15 @@ logger = logging.getLogger(__name__)
 _REPLY_ERRORS: tuple[type[BaseException], ...] = tuple(
     kombu_redis.get_redis_error_classes().channel_errors
 )
+#: A lost connection (refused, reset, timed out).
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = tuple(
+    kombu_redis.get_redis_error_classes().connection_errors
+)
 
 
 class SafeAckQoS(kombu_redis.QoS):
-    """kombu's Redis QoS whose ack, requeue and delivery record never raise a Redis reply
-    error into the worker's event loop."""
+    """kombu's Redis QoS whose ack, requeue, delivery record and restore never raise into the
+    worker's event loop, and whose channel's lost connection restores nothing."""
 
     def _remove_from_indices(self, delivery_tag: Any, pipe: Any = None) -> Any:
         if pipe is not None:
@@ -73,38 +100,134 @@ class SafeAckQoS(kombu_redis.QoS):
         try:
             super().ack(delivery_tag)
         except _REPLY_ERRORS as exc:
-            logger.warning(
-                "broker refused an ack (%s): the message returns after the visibility timeout",
-                type(exc).__name__,
-            )
+            _refused("an ack", exc)
+            virtual.QoS.ack(self, delivery_tag)
+        except _CONNECTION_ERRORS as exc:
+            if not self.channel.closed:
+                raise  # Celery reconnects, as it always did
+            _refused("an ack after the connection was lost", exc)
             virtual.QoS.ack(self, delivery_tag)
 
     def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
         try:
             super().reject(delivery_tag, requeue=requeue)
         except _REPLY_ERRORS as exc:
-            logger.warning(
-                "broker refused a reject (%s): the message returns after the visibility timeout",
-                type(exc).__name__,
-            )
+            _refused("a reject", exc)
+            virtual.QoS.ack(self, delivery_tag)
+        except _CONNECTION_ERRORS as exc:
+            if not self.channel.closed:
+                raise
+            _refused("a reject after the connection was lost", exc)
             virtual.QoS.ack(self, delivery_tag)
 
+    def restore_unacked_once(self, stderr: Any = None) -> None:
+        if not self.channel.connection_lost:
+            super().restore_unacked_once(stderr)
+            return
+        # Restores nothing, now or later (kombu would try again when the QoS is collected).
+        self._on_collect.cancel()
+        self._flush()
+        delivered = self._delivered
+        if delivered and not getattr(delivered, "restored", False):
+            logger.warning(
+                "broker connection lost with %d unacknowledged message(s): each is acked when "
+                "its task ends, or returns after the visibility timeout",
+                len(delivered),
+            )
+        delivered.restored = True  # type: ignore[attr-defined]
 
-class SafeAckChannel(kombu_redis.Channel):
+
+def _refused(what: str, exc: BaseException) -> None:
+    logger.warning(
+        "broker refused %s (%s): the message returns after the visibility timeout",
+        what,
+        type(exc).__name__,
+    )
+
+
+class _LostConnectionChannel(kombu_redis.Channel):
+    """kombu's Redis channel, closed without a word to a broker that is gone.
+
+    ``connection_lost`` is set by the transport's ``_collect`` (Celery's reaction to a lost
+    connection) or by a close whose broker stopped answering; the close then sends nothing
+    (see the module's docstring). A closed channel keeps its last connection pool, so the acks
+    of the messages it delivered can still reach the broker.
+    """
+
+    connection_lost = False
+    _kept_pool: Any = None
+
+    def lose_connection(self) -> None:
+        """Closes the channel without sending anything to the broker."""
+        self.connection_lost = True
+        self._in_poll = None  # type: ignore[assignment]
+        super().close()
+
+    def close(self) -> None:
+        if self.connection_lost:
+            self._in_poll = None  # type: ignore[assignment]
+        try:
+            super().close()
+        except _CONNECTION_ERRORS:
+            # The broker went away under the close: finished without a word to it.
+            self.lose_connection()
+
+    def queue_delete(self, queue: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.connection_lost:
+            return None  # an auto-delete binding: left in the broker, declared again later
+        return super().queue_delete(queue, *args, **kwargs)
+
+    def _unsubscribe_from(self, queue: Any) -> None:
+        if not self.connection_lost:
+            super()._unsubscribe_from(queue)
+
+    def _disconnect_pools(self) -> None:
+        if self._pool is not None:
+            self._kept_pool = self._pool
+        super()._disconnect_pools()
+
+    @contextmanager
+    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
+        if client or not self.closed:
+            with super().conn_or_acquire(client) as acquired:
+                yield acquired
+            return
+        # Closed: kombu dropped the transport's address; the pool kept it.
+        if self._kept_pool is None:
+            raise kombu_redis.get_redis_ConnectionError()("the broker channel is closed")
+        options: dict[str, Any] = {"connection_pool": self._kept_pool}
+        provider = self._kept_pool.connection_kwargs.get("credential_provider")
+        if provider is not None:
+            options["credential_provider"] = provider
+        yield self.Client(**options)
+
+
+class _CollectWithoutBroker(kombu_redis.Transport):
+    """``Connection.collect`` forgets the channels without a word to the broker."""
+
+    def _collect(self, connection: Any) -> None:
+        if self.cycle is not None:
+            self.cycle.close()
+        for channels in (self._avail_channels, self.channels):
+            while channels:
+                channels.pop().lose_connection()
+
+
+class SafeAckChannel(_LostConnectionChannel):
     QoS = SafeAckQoS
 
 
-class SafeAckTransport(kombu_redis.Transport):
+class SafeAckTransport(_CollectWithoutBroker):
     """The worker's Redis broker transport (``broker_transport`` for ``redis://`` URLs)."""
 
     Channel = SafeAckChannel
 
 
-class SafeAckSentinelChannel(kombu_redis.SentinelChannel):
+class SafeAckSentinelChannel(_LostConnectionChannel, kombu_redis.SentinelChannel):
     QoS = SafeAckQoS
 
 
-class SafeAckSentinelTransport(kombu_redis.SentinelTransport):
+class SafeAckSentinelTransport(_CollectWithoutBroker, kombu_redis.SentinelTransport):
     """The same through Redis Sentinel (``redis+sentinel://``, see ``tasks.sentinel``)."""
 
     Channel = SafeAckSentinelChannel

@@ -41,6 +41,7 @@ from tasks.reaper import Retries, reap_once
 from tasks.runtime import Runtime, get_runtime
 from tasks.server_check import check_store_server
 from tasks.startup import StartupUnavailable, wait_for_services, worker_services
+from tasks.step_store import step_store
 
 logger = logging.getLogger(__name__)
 
@@ -150,15 +151,15 @@ def execute_tool(task: Any, run_id: str, tool_call_id: str, attempt: int = 1) ->
             telemetry.worker_step(telemetry.EXECUTE, key, task.request),
             progress_events.running(key, task.request),
         ):
-            executed = retrying(
-                lambda: execute_step(
-                    runtime.store,
-                    runtime.registry,
-                    key,
-                    attempt=attempt,
-                    terms=terms,
-                    timeout_errors=(SoftTimeLimitExceeded,),
-                )
+            # Each store operation retried where it failed, never the whole step: a retry of
+            # the step would run a tool that already ran (``tasks.step_store``).
+            executed = execute_step(
+                step_store(runtime.store, retrying),
+                runtime.registry,
+                key,
+                attempt=attempt,
+                terms=terms,
+                timeout_errors=(SoftTimeLimitExceeded,),
             )
         if executed is ExecuteResult.HANDED_ON:
             task.request.chain = None

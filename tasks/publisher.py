@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
+import redis
 from celery import Celery
 
 from tasks.broker_transport import SafeAckChannel, SafeAckTransport
@@ -52,6 +53,16 @@ def publish_attempt_timeout_s(app: Celery) -> float:
     return max(float(total - pauses) / (attempts + 1), _RETRY_FLOOR_S)
 
 
+class PublishUnconfirmed(Exception):
+    """A publish the broker did not answer in time: the message may be queued or not.
+
+    Not a connection error, so kombu does not publish it again: a paused broker runs every
+    ``LPUSH`` it got once it wakes, and a retry that went through after it woke queued a second
+    copy of the call's execute message (the chaos run: two copies ran one tool twice at once).
+    The call ends ``DISPATCH_FAILED`` (sealed, so a copy that does arrive is skipped).
+    """
+
+
 class _PublishChannel(SafeAckChannel):
     """kombu's Redis channel, keeping one client on its connection pool for publishing.
 
@@ -62,6 +73,12 @@ class _PublishChannel(SafeAckChannel):
     """
 
     _publish_client: Any = None
+
+    def _put(self, queue: Any, message: Any, **kwargs: Any) -> None:
+        try:
+            super()._put(queue, message, **kwargs)
+        except redis.TimeoutError:
+            raise PublishUnconfirmed() from None
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:

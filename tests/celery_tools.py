@@ -162,11 +162,16 @@ def crowd(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def counted(arguments: dict[str, Any]) -> dict[str, Any]:
     """Appends a line (its process id) to the file ``log`` names, so a test counts how often
-    it ran across processes; with ``hold`` it then waits for ``HELD`` (at most 8 s)."""
+    it ran across processes; with ``hold`` it then waits for ``HELD`` (at most 8 s), with
+    ``until`` for the file it names to exist (at most 8 s: a test in another process)."""
     with open(arguments["log"], "a", encoding="utf-8") as log:
         log.write(f"{os.getpid()}\n")
     if arguments.get("hold"):
         HELD.wait(timeout=8.0)
+    if arguments.get("until"):
+        give_up = time.monotonic() + 8.0
+        while not os.path.exists(arguments["until"]) and time.monotonic() < give_up:
+            time.sleep(0.02)
     return {"hits": [{"id": f"counted-{arguments.get('n', 0)}"}]}
 
 

@@ -25,6 +25,8 @@ import redis.cluster
 
 from boundary.errors import StoreUnavailable
 
+#: A reading that got no answer: the Redis is down, paused or unreachable.
+_NO_ANSWER = (redis.ConnectionError, redis.TimeoutError, OSError, asyncio.TimeoutError)
 #: Fraction of ``maxmemory`` past which new calls are refused.
 DEFAULT_MEMORY_WATERMARK = 0.9
 #: Seconds one ``INFO memory`` reading is trusted, while the Redis is far from the watermark.
@@ -105,15 +107,19 @@ class MemoryWatermark:
             reading.exception()  # retrieved: its waiters may all have been cancelled
 
     def check(self, client: redis.Redis | redis.cluster.RedisCluster) -> None:
-        """Raises ``StoreFull`` past the watermark. A failed reading is not judged here (the
-        create that follows meets the same failure and reports it)."""
+        """Raises ``StoreFull`` past the watermark, and ``StoreUnavailable`` when the reading
+        gets no answer: the create that follows would wait as long again for the same silence
+        (a paused Redis made a submit take two socket timeouts). A reading refused with an
+        error reply (``INFO`` not allowed) is not judged."""
         if self._stale():
             try:
                 if isinstance(client, redis.cluster.RedisCluster):
                     reply = client.info("memory", target_nodes=redis.cluster.RedisCluster.PRIMARIES)
                 else:
                     reply = client.info("memory")
-            except (redis.RedisError, OSError):
+            except _NO_ANSWER:
+                raise StoreUnavailable() from None
+            except redis.RedisError:
                 return
             self._judge(reply)
         if self._full:
@@ -134,7 +140,9 @@ class MemoryWatermark:
             try:
                 # Shielded: a cancelled create does not cancel the others' reading.
                 reply = await asyncio.shield(reading)
-            except (redis.RedisError, OSError):
+            except _NO_ANSWER:
+                raise StoreUnavailable() from None
+            except redis.RedisError:
                 return
             self._judge(reply)
         if self._full:

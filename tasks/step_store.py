@@ -1,0 +1,50 @@
+"""The store as a worker's execute step uses it: each operation retried in place.
+
+The execute task used to retry the whole step on a store error, tool run included: a store
+that failed after the tool returned (while its raw response was being kept) made the tool
+run again in the same task, once per retry (found by the chaos run: calls whose attempt ran
+two and three times while the store was paused). Here each store operation is retried where
+it failed, so a tool that ran is never run again for a store blip: its raw response is kept
+once the store answers, or, past the retries, the step gives up and the reaper retries or
+ends the call as its tool's policy says.
+
+The heartbeat is not retried: a tool makes it often, and it gives up at once by design (the
+next one tries again).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from boundary.store import CanonicalStore
+
+T = TypeVar("T")
+
+#: Store operations made once (the caller copes with a failure).
+_ONCE = frozenset({"heartbeat"})
+
+
+class StepStore:
+    """``store`` with every operation but ``heartbeat`` run through ``retry``."""
+
+    def __init__(self, store: CanonicalStore, retry: Callable[[Callable[[], Any]], Any]) -> None:
+        self._store = store
+        self._retry = retry
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._store, name)
+        if name in _ONCE or name.startswith("_") or not callable(value):
+            return value
+
+        @functools.wraps(value)
+        def retried(*args: Any, **kwargs: Any) -> Any:
+            return self._retry(lambda: value(*args, **kwargs))
+
+        return retried
+
+
+def step_store(store: CanonicalStore, retry: Callable[[Callable[[], T]], T]) -> CanonicalStore:
+    """``store`` for a step, typed as the store it wraps."""
+    return cast(CanonicalStore, StepStore(store, retry))
