@@ -24,6 +24,8 @@ TARGETS: tuple[tuple[str, str, float, str], ...] = (
         10,
         "B7 60 in flight: runs (of 10) with worst tick lateness < 50 ms",
     ),
+    ("dbos_ratio", ">=", 1.5, "throughput vs DBOS, 10 ms polling (--peers dbos)"),
+    ("dbos_call_p50_ratio", "<=", 0.25, "sequential call p50 vs DBOS, 10 ms polling"),
 )
 
 
@@ -105,6 +107,26 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             out[f"b6s_{name}"] = scale[name]
     if "b7" in results:
         out.update(_b7_figures(results["b7"]))
+    dbos = _first(results.get("dbos", {}))
+    if dbos is not None:
+        out.update(_dbos_figures(dbos))
+    return out
+
+
+def _dbos_figures(dbos: dict[str, Any]) -> dict[str, Any]:
+    """Per DBOS side (``dbos``, ``dbos_defaults``), on the first pool it was measured on:
+    ours / DBOS ratios (throughput, sequential p50s) and both sides' own figures."""
+    out: dict[str, Any] = {"dbos_pool": f"{dbos['pool']} c={dbos['concurrency']}"}
+    for name, side in dbos["sides"].items():
+        rate, seq = side["throughput"], side["sequential"]
+        out[f"{name}_ratio"] = rate["ratio"]["median"]
+        out[f"{name}_ours_per_s"] = _median(rate["ours_per_s"])
+        out[f"{name}_per_s"] = _median(rate["peer_per_s"])
+        out[f"{name}_call_p50_ratio"] = seq["call_p50_ratio"]["median"]
+        out[f"{name}_submit_p50_ratio"] = seq["submit_p50_ratio"]["median"]
+        for side_key, prefix in (("ours", f"{name}_ours"), ("peer", name)):
+            for what in ("call_p50_ms", "call_p99_ms", "submit_p50_ms"):
+                out[f"{prefix}_{what}"] = seq[f"{side_key}_{what}"]
     return out
 
 

@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -24,6 +25,7 @@ from bench import (
     b6_memory,
     b6_scale,
     b7_async,
+    dbos_compare,
 )
 from bench.config import (
     DEFAULT_REDIS_URL,
@@ -37,6 +39,7 @@ from bench.config import (
     parse_pools,
 )
 from bench.counting import CountingConnection
+from bench.dbos_side import DEFAULT_DB_PREFIX, DEFAULT_PG_URL
 from bench.fixtures import ensure_scripts
 from bench.lock import Busy, exclusive
 from bench.meta import load, machine
@@ -46,6 +49,8 @@ from bench.workers import WorkerProcess, running
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("b1", "b2", "b3", "b4", "b5", "b6", "b6s", "b7")
+#: Peers beyond bare Celery that ``--peers`` adds (each a phase of its own).
+EXTRA_PEERS = ("dbos",)
 #: Seconds a run waits for another one on the same Redis server (they share DBs 3-5).
 DEFAULT_LOCK_WAIT_S = 900.0
 #: Exit status when that wait runs out (EX_TEMPFAIL).
@@ -84,6 +89,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="B1 also measures ours with tools and projectors run on the task's thread (no "
         "time limit; bench.inline): what the time limits' thread hand-offs cost",
     )
+    parser.add_argument(
+        "--peers",
+        type=_peers,
+        default=(),
+        help="also compare against these peers, e.g. dbos (PostgreSQL, see --pg-url)",
+    )
+    parser.add_argument(
+        "--pg-url",
+        default=DEFAULT_PG_URL,
+        help="--peers dbos: a PostgreSQL server and a role that may create databases",
+    )
+    parser.add_argument(
+        "--pg-db-prefix",
+        default=DEFAULT_DB_PREFIX,
+        help="--peers dbos: the bench's database is <prefix>_<pid>, created and dropped",
+    )
     parser.add_argument("--pools", type=parse_pools, help="B1/B2 pools, e.g. threads:8,prefork:2")
     parser.add_argument("--calls", type=int, help="B1 calls a side per repetition")
     parser.add_argument("--repetitions", type=int, help="B1 repetitions per pool")
@@ -106,6 +127,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds to wait for another benchmark run on the same Redis to finish",
     )
     return parser.parse_args(argv)
+
+
+def _peers(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in EXTRA_PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r} (known: dbos)")
+    return names
 
 
 def reachable(url: str) -> bool:
@@ -153,15 +182,24 @@ class Bench:
         #: B1 only: the ablation, measured as one more peer (``inline_ratio``).
         self.ablations: list[Side] = [Inline(self.settings, store=store)] if args.ablate else []
         self.results: dict[str, Any] = {"b1": {}, "b2": {}}
+        #: ``--peers dbos``: DBOS's sides, entered for the run (its database).
+        self.dbos: dbos_compare.DbosPeers | None = None
+        if "dbos" in args.peers:
+            self.phases.add("dbos")
+            self.dbos = dbos_compare.DbosPeers(args.pg_url, args.pg_db_prefix, args.out / "logs")
+            self.results["dbos"] = {}
 
     def run(self) -> dict[str, Any]:
         began = time.monotonic()
         ensure_scripts(self.ours.store)
-        if self.phases & {"b1", "b2", "b3", "b5", "b7"}:
+        if self.phases & {"b1", "b2", "b3", "b5", "b7", "dbos"}:
             # B3, B5 and B7 run on the first pool only: the others are started for B1/B2.
-            pools = self.sizes.pools if self.phases & {"b1", "b2"} else self.sizes.pools[:1]
-            for index, pool in enumerate(pools):
-                self.on_pool(pool, first=index == 0)
+            pools = self.sizes.pools
+            if not self.phases & {"b1", "b2", "dbos"}:
+                pools = pools[:1]
+            with self.dbos or nullcontext():
+                for index, pool in enumerate(pools):
+                    self.on_pool(pool, first=index == 0)
         if "b4" in self.phases:
             log("B4: observe on a 100-call run")
             self.results["b4"] = b4_observe.observe(self.ours, self.sizes.b4_samples)
@@ -192,7 +230,9 @@ class Bench:
         )
 
     def on_pool(self, pool: Pool, *, first: bool) -> None:
-        sides = [self.ours, *self.peers, *self.ablations]
+        sides: list[Side] = [self.ours]
+        if self.phases - {"dbos", "b4", "b6", "b6s"}:
+            sides += [*self.peers, *self.ablations]
         log(f"{pool.label}: starting the workers of {len(sides)} sides")
         starts = [partial(self._worker, side, pool) for side in sides]
         with running(*starts) as started:
@@ -211,6 +251,17 @@ class Bench:
                 self.b5(pool)
             if first and "b7" in self.phases:
                 self.b7(pool)
+            if self.dbos is not None:
+                self.dbos_peers(self.dbos, pool, pgids[self.ours.name])
+
+    def dbos_peers(self, dbos: dbos_compare.DbosPeers, pool: Pool, ours_pgid: int) -> None:
+        log(f"{pool.label}: DBOS, worker_concurrency {pool.concurrency}, alternating with ours")
+        got = dbos.measure(self.ours, ours_pgid, pool, self.sizes, self.server)
+        self.results["dbos"][pool.label] = got
+        for name, side in got["sides"].items():
+            rate = side["throughput"]["ratio"]["median"]
+            p50 = side["sequential"]["call_p50_ratio"]["median"]
+            log(f"{pool.label}: ours / {name}: throughput {rate:.2f}, sequential p50 {p50:.2f}")
 
     def b1(self, pool: Pool, pgids: dict[str, int]) -> None:
         sizes = self.sizes
