@@ -294,7 +294,7 @@ class Bench:
     def b2(self, pool: Pool, *, first: bool) -> None:
         samples = self.sizes.b2_samples
         log(f"{pool.label}: B2, {samples} sequential calls a side")
-        got = b2_latency.latencies(self.ours, self.peers, samples)
+        got = b2_latency.latencies(self.ours, self.peers, samples, self.sizes.repetitions)
         self.results["b2"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
         log(f"{pool.label}: B2 submit p50 = {got['submit_over_ping_p50']:.1f} PINGs")
         if first:
