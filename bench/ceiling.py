@@ -1,16 +1,18 @@
 """``python -m bench.ceiling``: how many calls a second one Redis server sustains.
 
 Driver processes run the store's own steps for every call, the same Lua scripts with the same
-keys and arguments the store sends (``create``, ``claim``, ``store_raw``, the project step's
-read, ``seal`` with its Pub/Sub notification, the waiter's read), pipelined ``--batch`` calls
-at a time so the drivers' Python is not what runs out first. Each driver also waits the way
-a caller does: one Pub/Sub connection, subscribed to the channel of each run in flight
+keys and arguments the store sends, one round trip each as the store sends them (``create``,
+``claim``, ``store_raw``, the project step's read, ``seal`` with its Pub/Sub notification,
+the waiter's read). ``--batch B`` takes B calls together, each of their round trips in one
+pipeline: 1 (the default) costs the server what a fleet's clients cost it; more shows the
+server's work without the round trips' own cost. Each driver also waits the way a caller
+does: one Pub/Sub connection, subscribed to the channel of each run in flight
 (``SUBSCRIBE`` once a run, ``UNSUBSCRIBE`` when its calls are sealed), so every seal's
 ``PUBLISH`` reaches a subscriber.
 
-``--modes full`` adds, per call, the broker's and the events' traffic of a Celery chain of
-two tasks on the same server (``BROKER_COMMANDS``: the commands B3 counts for one of our
-calls, with a real task message of ours as the payload).
+``--modes full`` adds, per call, the broker's and the events' round trips of our Celery chain
+of two tasks on the same server (``Driver.task_steps``: per task 8 round trips, 12 commands,
+with a real task message of ours as the payload).
 
 Per driver count (``--processes 1,2,4,8``): calls/s, the Redis server's CPU per call and its
 busy share (``INFO cpu`` over wall time), and the ceiling that CPU gives (a core's worth of
@@ -28,6 +30,7 @@ import json
 import multiprocessing
 import secrets
 import time
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -45,8 +48,10 @@ from boundary.store.codec import create_args, seal_args
 #: Seconds each driver count runs, after a warm-up of ``WARMUP_S``.
 SECONDS = 10.0
 WARMUP_S = 1.0
-#: Calls a driver pipelines per round trip of each step.
-BATCH = 50
+#: Calls a driver takes together, each round trip of theirs in one pipeline: 1 is a fleet's
+#: clients (every step its own round trip); more measures the server's work without the
+#: round trips' cost (reads, writes, wake-ups), a floor no fleet reaches.
+BATCH = 1
 #: Seconds a round waits for its seal notifications before it fails.
 NOTIFY_TIMEOUT_S = 10.0
 #: Calls per run (as an agent makes them; one SUBSCRIBE per run).
@@ -54,13 +59,6 @@ CALLS_PER_RUN = 10
 REQUEST = canonical_json({"query": "ping"})
 RAW = canonical_json({"ok": True})
 RESULT = canonical_json({"ok": True})
-#: Celery's commands per call on the broker's DB for a chain of two tasks with our settings
-#: (late acks, task events): per task one LPUSH by the sender, one BRPOP by the worker, the
-#: unacked bookkeeping at delivery (ZADD + HSET in MULTI/EXEC) and at the ack (ZREM + HDEL
-#: in MULTI/EXEC), and four events (sent, received, started, succeeded), each a PUBLISH.
-#: (B3 counts these on a real worker; see bench/README.md, "The ceiling of one Redis".)
-TASKS_PER_CALL = 2
-EVENTS_PER_TASK = 4
 #: The size of a task event's JSON as Celery publishes it (bytes, measured on a B3 run).
 EVENT_BYTES = 700
 
@@ -69,8 +67,12 @@ def _script(name: str) -> str:
     return resources.files("boundary.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
+Step = Callable[[Any, CanonicalKey], None]
+
+
 class Driver:
-    """One process's steps: each call's store steps, pipelined ``batch`` calls at a time."""
+    """One process's calls: each call is the same round trips as a real one, in the same
+    order (``steps``); ``batch`` calls take each round trip together, in one pipeline."""
 
     def __init__(self, server_url: str, batch: int, full: bool, message: bytes) -> None:
         self.store = redis.Redis.from_url(db_url(server_url, STORE_DB), decode_responses=True)
@@ -94,38 +96,71 @@ class Driver:
             for n in range(self.batch)
         ]
 
+    def steps(self) -> list[tuple[Any, Step]]:
+        """A call's round trips, in order, each with the client it goes to."""
+        store: list[tuple[Any, Step]] = [
+            (self.store, self.create),
+            (self.store, self.claim),
+            (self.store, self.store_raw),
+            (self.store, self.project_read),
+            (self.store, self.seal),
+            (self.store, self.waiter_read),
+        ]
+        if not self.full:
+            return store
+        execute = [(self.broker, step) for step in self.task_steps("execute")]
+        project = [(self.broker, step) for step in self.task_steps("project")]
+        # The execute task is sent with the call and delivered before the claim; acked after
+        # the raw write, when the project task is sent; the project task acked after the seal.
+        return [
+            *store[:1],
+            *execute[:6],
+            *store[1:3],
+            *execute[6:],
+            *project[:6],
+            *store[3:5],
+            *project[6:],
+            *store[5:],
+        ]
+
     def round(self, round_no: int) -> None:
         calls = self.keys_of(round_no)
         channels = sorted({keys.sealed_channel(key.run_id) for key in calls})
         self.waiter.subscribe(*channels)
-        pipe = self.store.pipeline(transaction=False)
-        for key in calls:
-            run_keys, argv = create_args(key, _CREATE_TERMS, ttl_ms=600_000, index=True)
-            self.scripts["create"](keys=run_keys, args=argv, client=pipe)
-        pipe.execute()
-        if self.full:
-            self.broker_traffic(calls, "execute")
-        for key in calls:
-            claim_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
-            self.scripts["claim"](keys=claim_keys, args=[1, key.identity], client=pipe)
-        pipe.execute()
-        now_ms = int(time.time() * 1000)
-        for key in calls:
-            self.scripts["store_raw"](keys=[keys.record_key(key)], args=[RAW, now_ms], client=pipe)
-            pipe.hgetall(keys.record_key(key))  # the project step's read
-        pipe.execute()
-        if self.full:
-            self.broker_traffic(calls, "project")
-        for key in calls:
-            run_keys, argv = seal_args(key, _SEAL_TERMS, now_ms=now_ms, index=True)
-            self.scripts["seal"](keys=run_keys, args=argv, client=pipe)
-        pipe.execute()
-        self.hear(len(calls))
-        for key in calls:
-            pipe.hgetall(keys.record_key(key))  # the waiter's read of the sealed record
-        pipe.execute()
+        for client, step in self.steps():
+            pipe = client.pipeline(transaction=False)
+            for key in calls:
+                step(pipe, key)
+            pipe.execute(raise_on_error=False)
+            if step == self.seal:
+                self.hear(len(calls))
         self.waiter.unsubscribe(*channels)
         self.calls += len(calls)
+
+    def create(self, pipe: Any, key: CanonicalKey) -> None:
+        run_keys, argv = create_args(key, _CREATE_TERMS, ttl_ms=600_000, index=True)
+        self.scripts["create"](keys=run_keys, args=argv, client=pipe)
+
+    def claim(self, pipe: Any, key: CanonicalKey) -> None:
+        run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
+        self.scripts["claim"](keys=run_keys, args=[1, key.identity], client=pipe)
+
+    def store_raw(self, pipe: Any, key: CanonicalKey) -> None:
+        now_ms = int(time.time() * 1000)
+        self.scripts["store_raw"](keys=[keys.record_key(key)], args=[RAW, now_ms], client=pipe)
+
+    def project_read(self, pipe: Any, key: CanonicalKey) -> None:
+        """The project step's read of the record (a prefork worker's, mostly: a threads
+        worker often has it handed over from the execute step)."""
+        pipe.hgetall(keys.record_key(key))
+
+    def seal(self, pipe: Any, key: CanonicalKey) -> None:
+        run_keys, argv = seal_args(key, _SEAL_TERMS, now_ms=int(time.time() * 1000), index=True)
+        self.scripts["seal"](keys=run_keys, args=argv, client=pipe)
+
+    def waiter_read(self, pipe: Any, key: CanonicalKey) -> None:
+        """The waiter's read of the sealed record."""
+        pipe.hgetall(keys.record_key(key))
 
     def hear(self, seals: int) -> None:
         """Reads ``seals`` seal notifications (the subscriptions' confirmations aside)."""
@@ -137,29 +172,47 @@ class Driver:
             if message is not None and message["type"] == "message":
                 heard += 1
 
-    def broker_traffic(self, calls: list[CanonicalKey], task: str) -> None:
-        """One task's broker commands per call: sent, delivered, acked, and its events."""
+    def task_steps(self, task: str) -> list[Step]:
+        """One task's broker round trips: sent (LPUSH, then the task-sent event), delivered
+        (BRPOP's pop, kombu's unacked bookkeeping in MULTI/EXEC), received and started events;
+        then succeeded event and ack (MULTI/EXEC)."""
         queue = f"ceiling_{task}"
-        pipe = self.broker.pipeline(transaction=False)
-        for _ in calls:
+
+        def tag(key: CanonicalKey) -> str:
+            return f"{key.identity}:{task}"
+
+        def send(pipe: Any, key: CanonicalKey) -> None:
             pipe.lpush(queue, self.message)
-            pipe.publish(f"/{BROKER_DB}.celeryev/task.sent", self.event)
-        pipe.execute()
-        for key in calls:
-            pipe.rpop(queue)  # BRPOP's work on a non-empty list
-            tag = f"{key.identity}:{task}"
-            # kombu's QoS.append and ack: each a MULTI/EXEC pipeline of two commands.
+
+        def pop(pipe: Any, key: CanonicalKey) -> None:
+            pipe.rpop(queue)
+
+        def deliver(pipe: Any, key: CanonicalKey) -> None:
             pipe.execute_command("MULTI")
-            pipe.zadd("unacked_index", {tag: time.time()})
-            pipe.hset("unacked", tag, self.message)
+            pipe.zadd("unacked_index", {tag(key): time.time()})
+            pipe.hset("unacked", tag(key), self.message)
             pipe.execute_command("EXEC")
-            for event in ("received", "started", "succeeded"):
-                pipe.publish(f"/{BROKER_DB}.celeryev/task.{event}", self.event)
+
+        def ack(pipe: Any, key: CanonicalKey) -> None:
             pipe.execute_command("MULTI")
-            pipe.zrem("unacked_index", tag)
-            pipe.hdel("unacked", tag)
+            pipe.zrem("unacked_index", tag(key))
+            pipe.hdel("unacked", tag(key))
             pipe.execute_command("EXEC")
-        pipe.execute(raise_on_error=False)
+
+        def event(name: str) -> Step:
+            channel = f"/{BROKER_DB}.celeryev/task.{name}"
+            return lambda pipe, key: pipe.publish(channel, self.event)
+
+        return [
+            send,
+            event("sent"),
+            pop,
+            deliver,
+            event("received"),
+            event("started"),
+            event("succeeded"),
+            ack,
+        ]
 
 
 _CREATE_TERMS: Any = {
