@@ -80,6 +80,17 @@ def server_cpu_s(client: Any) -> float | None:
         return None
 
 
+def machine_cpu_s() -> float | None:
+    """CPU seconds the whole machine spent busy (every core, ``/proc/stat``: user, nice,
+    system, irq, softirq and steal), to tell how much of a measurement's time others took."""
+    try:
+        fields = (_PROC / "stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / _TICKS
+
+
 def own_cpu_s() -> float:
     """CPU seconds of this process, all threads."""
     times = os.times()

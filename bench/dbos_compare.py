@@ -66,6 +66,8 @@ def throughput(
         out[key] = [_costs(pair[side.name]) for pair in pairs]
     out["ratios"] = ratios
     out["ratio"] = spread(ratios)
+    busy = [pair[side.name].others_busy for pair in pairs for side in (ours, peer)]
+    out["others_busy"] = spread([b for b in busy if b is not None])
     return out
 
 
@@ -75,6 +77,7 @@ def _costs(sample: Sample) -> dict[str, Any]:
         "worker_cpu_ms": sample.worker_cpu_ms,
         "client_cpu_ms": sample.client_cpu_ms,
         "server_cpu_ms": sample.redis_cpu_ms,
+        "others_busy": sample.others_busy,
     }
 
 

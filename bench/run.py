@@ -45,6 +45,7 @@ from bench.lock import Busy, exclusive
 from bench.meta import load, machine
 from bench.report import figures, print_table, write_outputs
 from bench.sides import Bare, Defaults, Inline, Ours, Side, make_store
+from bench.stats import quoted
 from bench.workers import WorkerProcess, running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -276,8 +277,9 @@ class Bench:
         )
         self.results["b1"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
         log(
-            f"{pool.label}: B1 ratio {got['ratio']['median']:.2f} (fair peer), "
-            f"{got['defaults_ratio']['median']:.2f} (Celery defaults)"
+            f"{pool.label}: B1 ratio {quoted(got['ratio'])} (fair peer), "
+            f"{got['defaults_ratio']['median']:.2f} (Celery defaults); others kept "
+            f"{got['others_busy']['median']:.0%} of the cores busy"
         )
 
     def profile_workers(self, pool: Pool, pgids: dict[str, int]) -> None:
