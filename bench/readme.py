@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.readme_dbos import dbos_table, spreads_table
 from bench.report import ISSUE_26_TARGETS, TARGETS, meets
 from bench.summarize import rows as summary_rows
 
@@ -541,6 +542,8 @@ def b7_precision_table(runs: list[Run]) -> str:
 RENDERERS: dict[str, Callable[[list[Run]], str]] = {
     "targets": targets_table,
     "targets-35": lambda runs: targets_table(runs, TARGETS),
+    "dbos": dbos_table,
+    "spreads": spreads_table,
     "pools": pools_table,
     "costs": costs_table,
     "ablation": ablation_table,
