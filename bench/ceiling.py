@@ -29,6 +29,7 @@ import argparse
 import json
 import multiprocessing
 import secrets
+import sys
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -39,6 +40,7 @@ import redis
 from bench.config import BROKER_DB, DEFAULT_REDIS_URL, STORE_DB, db_url
 from bench.cpu import server_cpu_s
 from bench.lock import exclusive
+from bench.meta import commit, load
 from bench.tools import NOOP
 from boundary import CanonicalKey, EvidenceStatus
 from boundary.limits import canonical_json
@@ -307,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lock-wait", type=float, default=600.0)
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.processes.split(",")]
-    out: dict[str, Any] = {"batch": args.batch, "seconds": args.seconds, "load_before": _load()}
+    given = sys.argv[1:] if argv is None else argv
+    out: dict[str, Any] = {"command": " ".join(["python -m bench.ceiling", *given])}
+    out |= {"commit": commit(), "batch": args.batch, "seconds": args.seconds}
+    out["load_before"] = load()
     with exclusive(args.redis_url, args.lock_wait):
         flush = [redis.Redis.from_url(db_url(args.redis_url, db)) for db in (STORE_DB, BROKER_DB)]
         for client in flush:
@@ -325,15 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for client in flush:
                 client.flushdb()
-    out["load_after"] = _load()
+    out["load_after"] = load()
     print(json.dumps(out, indent=2))
     return 0
-
-
-def _load() -> list[float]:
-    import os
-
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from bench.b1_throughput import warm_up
 from bench.config import DEFAULT_REDIS_URL, Pool, bench_settings
 from bench.cpu import group_cpu_s, own_cpu_s, server_cpu_s
 from bench.lock import exclusive
-from bench.meta import load
+from bench.meta import commit, load
 from bench.run import flush_own_dbs
 from bench.sides import Ours, call_ids
 from bench.workers import WorkerProcess, running
@@ -69,6 +69,11 @@ def measure(ours: Ours, pgids: list[int], calls: int, server: Any) -> dict[str, 
     }
 
 
+def _record(command: list[str]) -> subprocess.Popen[bytes]:
+    """A py-spy recorder, its chatter kept off this command's JSON output."""
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _profile(pgids: list[int], out: Path, measure_once: Any) -> list[dict[str, Any]]:
     from bench.profiling import PY_SPY_RATE, py_spy, summarize_speedscope
 
@@ -81,7 +86,7 @@ def _profile(pgids: list[int], out: Path, measure_once: Any) -> list[dict[str, A
         target = out / f"py-spy-worker{n}.speedscope.json"
         command = [binary, "record", "--pid", str(pgid), "--subprocesses", "--nonblocking"]
         command += ["--gil", "--rate", str(PY_SPY_RATE), "--format", "speedscope"]
-        recorders.append((target, subprocess.Popen([*command, "--output", str(target)])))
+        recorders.append((target, _record([*command, "--output", str(target)])))
     try:
         time.sleep(1.0)
         measure_once()
@@ -161,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     pool = Pool("threads", args.concurrency)
     given = sys.argv[1:] if argv is None else argv
     out: dict[str, Any] = {"command": " ".join(["python -m bench.scaling", *given])}
+    out["commit"] = commit()
     out["load_before"] = load()
     got: dict[int, list[dict[str, float]]] = {count: [] for count in counts}
     with exclusive(args.redis_url, args.lock_wait):
