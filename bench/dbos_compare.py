@@ -17,6 +17,7 @@ The DBOS defaults side polls once a second: it is measured with ``slow_calls`` a
 
 from __future__ import annotations
 
+import argparse
 import time
 from contextlib import ExitStack
 from functools import partial
@@ -28,6 +29,8 @@ from bench.b1_throughput import Sample, measure
 from bench.config import Pool, Sizes
 from bench.cpu import PgBackends
 from bench.dbos_side import (
+    DEFAULT_DB_PREFIX,
+    DEFAULT_PG_URL,
     DEFAULT_POLLING_S,
     SIDES,
     DbosSide,
@@ -38,6 +41,37 @@ from bench.dbos_side import (
 from bench.sides import Side, call_ids
 from bench.stats import ms, percentile, spread
 from bench.workers import running
+
+#: Peers beyond bare Celery that ``--peers`` adds (each a phase of its own).
+EXTRA_PEERS = ("dbos",)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``python -m bench``'s options of the DBOS comparison."""
+    parser.add_argument(
+        "--peers",
+        type=_peers,
+        default=(),
+        help="also compare against these peers, e.g. dbos (PostgreSQL, see --pg-url)",
+    )
+    parser.add_argument(
+        "--pg-url",
+        default=DEFAULT_PG_URL,
+        help="--peers dbos: a PostgreSQL server and a role that may create databases",
+    )
+    parser.add_argument(
+        "--pg-db-prefix",
+        default=DEFAULT_DB_PREFIX,
+        help="--peers dbos: the bench's database is <prefix>_<pid>, created and dropped",
+    )
+
+
+def _peers(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in EXTRA_PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r} (known: dbos)")
+    return names
 
 
 def throughput(

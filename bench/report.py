@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bench.stats import NOISY_SPREAD, quoted
+from bench.spreads import dbos_figures, spreads
+from bench.stats import quoted
 
 #: (figure, comparison, bound, what the issue asks), as issue 26 closed on (quoted by the
 #: README's older sets, ``python -m bench.readme``'s ``targets`` tables).
@@ -38,46 +39,6 @@ TARGETS: tuple[tuple[str, str, float, str], ...] = (
     ("dbos_ratio", ">=", 1.5, "throughput vs DBOS, 10 ms polling (--peers dbos)"),
     ("dbos_call_p50_ratio", "<=", 0.25, "sequential call p50 vs DBOS, 10 ms polling"),
 )
-
-
-def _noise(figure: dict[str, Any]) -> dict[str, Any]:
-    """A ratio's median, min and max with its relative spread and ``noisy`` flag (computed
-    here too for runs written before ``bench.stats.spread`` gave them)."""
-    median, low, high = figure["median"], figure["min"], figure["max"]
-    relative = (high - low) / abs(median) if median else math.inf
-    return {
-        "median": median,
-        "min": low,
-        "max": high,
-        "n": figure.get("n", len(figure.get("ratios", ())) or None),
-        "spread": relative,
-        "noisy": relative > NOISY_SPREAD,
-    }
-
-
-def spreads(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each headline ratio (named as in ``figures``) with its spread over the alternating
-    pairs it is the median of."""
-    out: dict[str, dict[str, Any]] = {}
-    for kind in ("threads", "prefork"):
-        b1 = _first(results.get("b1", {}), kind)
-        if b1 is None:
-            continue
-        for name in ("ratio", "cpu_ratio", "defaults_ratio", "system_cpu_ratio", "inline_ratio"):
-            if isinstance(b1.get(name), dict):
-                out[f"b1_{kind}_{name}"] = _noise(b1[name])
-    b2 = _first(results.get("b2", {}))
-    if b2 is not None:
-        for name in ("call_over_bare_call_p50", "submit_over_apply_async_p50"):
-            if f"{name}_pairs" in b2:
-                out[f"b2_{name}"] = _noise(b2[f"{name}_pairs"])
-    dbos = _first(results.get("dbos", {}))
-    if dbos is not None:
-        for side, got in dbos["sides"].items():
-            out[f"{side}_ratio"] = _noise(got["throughput"]["ratio"])
-            for name in ("call_p50_ratio", "submit_p50_ratio"):
-                out[f"{side}_{name}"] = _noise(got["sequential"][name])
-    return out
 
 
 def _first(section: dict[str, Any], pool: str | None = None) -> dict[str, Any] | None:
@@ -164,24 +125,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
         out.update(_b7_figures(results["b7"]))
     dbos = _first(results.get("dbos", {}))
     if dbos is not None:
-        out.update(_dbos_figures(dbos))
-    return out
-
-
-def _dbos_figures(dbos: dict[str, Any]) -> dict[str, Any]:
-    """Per DBOS side (``dbos``, ``dbos_defaults``), on the first pool it was measured on:
-    ours / DBOS ratios (throughput, sequential p50s) and both sides' own figures."""
-    out: dict[str, Any] = {"dbos_pool": f"{dbos['pool']} c={dbos['concurrency']}"}
-    for name, side in dbos["sides"].items():
-        rate, seq = side["throughput"], side["sequential"]
-        out[f"{name}_ratio"] = rate["ratio"]["median"]
-        out[f"{name}_ours_per_s"] = _median(rate["ours_per_s"])
-        out[f"{name}_per_s"] = _median(rate["peer_per_s"])
-        out[f"{name}_call_p50_ratio"] = seq["call_p50_ratio"]["median"]
-        out[f"{name}_submit_p50_ratio"] = seq["submit_p50_ratio"]["median"]
-        for side_key, prefix in (("ours", f"{name}_ours"), ("peer", name)):
-            for what in ("call_p50_ms", "call_p99_ms", "submit_p50_ms"):
-                out[f"{prefix}_{what}"] = seq[f"{side_key}_{what}"]
+        out.update(dbos_figures(dbos))
     return out
 
 

@@ -39,7 +39,6 @@ from bench.config import (
     parse_pools,
 )
 from bench.counting import CountingConnection
-from bench.dbos_side import DEFAULT_DB_PREFIX, DEFAULT_PG_URL
 from bench.fixtures import ensure_scripts
 from bench.lock import Busy, exclusive
 from bench.meta import load, machine
@@ -50,8 +49,6 @@ from bench.workers import WorkerProcess, running
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("b1", "b2", "b3", "b4", "b5", "b6", "b6s", "b7")
-#: Peers beyond bare Celery that ``--peers`` adds (each a phase of its own).
-EXTRA_PEERS = ("dbos",)
 #: Seconds a run waits for another one on the same Redis server (they share DBs 3-5).
 DEFAULT_LOCK_WAIT_S = 900.0
 #: Exit status when that wait runs out (EX_TEMPFAIL).
@@ -90,22 +87,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="B1 also measures ours with tools and projectors run on the task's thread (no "
         "time limit; bench.inline): what the time limits' thread hand-offs cost",
     )
-    parser.add_argument(
-        "--peers",
-        type=_peers,
-        default=(),
-        help="also compare against these peers, e.g. dbos (PostgreSQL, see --pg-url)",
-    )
-    parser.add_argument(
-        "--pg-url",
-        default=DEFAULT_PG_URL,
-        help="--peers dbos: a PostgreSQL server and a role that may create databases",
-    )
-    parser.add_argument(
-        "--pg-db-prefix",
-        default=DEFAULT_DB_PREFIX,
-        help="--peers dbos: the bench's database is <prefix>_<pid>, created and dropped",
-    )
+    dbos_compare.add_arguments(parser)
     parser.add_argument("--pools", type=parse_pools, help="B1/B2 pools, e.g. threads:8,prefork:2")
     parser.add_argument("--calls", type=int, help="B1 calls a side per repetition")
     parser.add_argument("--repetitions", type=int, help="B1 repetitions per pool")
@@ -128,14 +110,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds to wait for another benchmark run on the same Redis to finish",
     )
     return parser.parse_args(argv)
-
-
-def _peers(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in EXTRA_PEERS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r} (known: dbos)")
-    return names
 
 
 def reachable(url: str) -> bool:

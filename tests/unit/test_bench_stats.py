@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from bench.b2_latency import block_ratios
-from bench.report import spreads, targets
+from bench.report import targets
+from bench.spreads import spreads
 from bench.stats import NOISY_SPREAD, quoted, spread
 
 
