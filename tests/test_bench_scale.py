@@ -124,3 +124,33 @@ def test_scaling_reports_each_worker_count(tmp_path: Path) -> None:
             assert _positive(row[name]), (name, row)
     assert got["rows"][0]["over_one_worker"] == 1.0
     assert _empty(STORE_DB)
+
+
+def test_onehop_measures_both_workers_in_pairs(tmp_path: Path) -> None:
+    # Given our worker and the one-hop proposal's (the project step in line, bench.onehop)
+    require_service("Redis", REDIS_HOST, REDIS_PORT)
+
+    # When both are measured with tiny sizes
+    got = _run(
+        "bench.onehop",
+        "--pools",
+        "threads:2",
+        "--calls",
+        "20",
+        "--repetitions",
+        "2",
+        "--samples",
+        "4",
+        "--out",
+        str(tmp_path),
+    )
+
+    # Then every call of both ended READY (a failed one fails the run) and each figure is there
+    (pool,) = got["pools"]
+    for name in ("ours", "onehop"):
+        assert len(pool[f"{name}_per_s"]) == 2
+        assert all(_positive(v) for v in pool[f"{name}_worker_cpu_ms"])
+    assert pool["throughput_ratio"]["n"] == 2
+    for name in ("onehop_call_p50_ms", "ours_call_p50_ms", "call_p50_ratio"):
+        assert name in pool["sequential"]
+    assert _empty(STORE_DB)
