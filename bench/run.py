@@ -88,6 +88,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "time limit; bench.inline): what the time limits' thread hand-offs cost",
     )
     dbos_compare.add_arguments(parser)
+    parser.add_argument(
+        "--project-in-line",
+        action="store_true",
+        help="our workers run with TOOL_BOUNDARY_PROJECT_IN_LINE (one broker hop a call)",
+    )
     parser.add_argument("--pools", type=parse_pools, help="B1/B2 pools, e.g. threads:8,prefork:2")
     parser.add_argument("--calls", type=int, help="B1 calls a side per repetition")
     parser.add_argument("--repetitions", type=int, help="B1 repetitions per pool")
@@ -146,6 +151,8 @@ class Bench:
         self.sizes = sizes
         self.phases = set(args.only.split(","))
         self.settings = bench_settings(args.redis_url)
+        if args.project_in_line:
+            self.settings = self.settings.model_copy(update={"project_in_line": True})
         store = make_store(self.settings, connection_class=CountingConnection)
         self.ours = Ours(self.settings, store=store)
         self.bare = Bare(self.settings)
