@@ -12,7 +12,8 @@ does: one Pub/Sub connection, subscribed to the channel of each run in flight
 
 ``--modes full`` adds, per call, the broker's and the events' round trips of our Celery chain
 of two tasks on the same server (``Driver.task_steps``: per task 8 round trips, 12 commands,
-with a real task message of ours as the payload).
+with a real task message of ours as the payload). ``--modes inline`` is ``full`` with
+``TOOL_BOUNDARY_PROJECT_IN_LINE``: one task a call, no read back of the record.
 
 Per driver count (``--processes 1,2,4,8``): calls/s, the Redis server's CPU per call and its
 busy share (``INFO cpu`` over wall time), and the ceiling that CPU gives (a core's worth of
@@ -54,6 +55,9 @@ WARMUP_S = 1.0
 #: clients (every step its own round trip); more measures the server's work without the
 #: round trips' cost (reads, writes, wake-ups), a floor no fleet reaches.
 BATCH = 1
+#: What a driver sends a call: the store's round trips alone, with our two-task chain's
+#: broker traffic, or with one task's (the project step in line).
+MODES = ("store", "full", "inline")
 #: Seconds a round waits for its seal notifications before it fails.
 NOTIFY_TIMEOUT_S = 10.0
 #: Calls per run (as an agent makes them; one SUBSCRIBE per run).
@@ -76,7 +80,7 @@ class Driver:
     """One process's calls: each call is the same round trips as a real one, in the same
     order (``steps``); ``batch`` calls take each round trip together, in one pipeline."""
 
-    def __init__(self, server_url: str, batch: int, full: bool, message: bytes) -> None:
+    def __init__(self, server_url: str, batch: int, mode: str, message: bytes) -> None:
         self.store = redis.Redis.from_url(db_url(server_url, STORE_DB), decode_responses=True)
         self.broker = redis.Redis.from_url(db_url(server_url, BROKER_DB))
         self.scripts = {
@@ -84,7 +88,9 @@ class Driver:
             for name in ("create", "claim", "store_raw", "seal")
         }
         self.waiter = self.store.pubsub()
-        self.batch, self.full, self.message = batch, full, message
+        if mode not in MODES:
+            raise ValueError(f"not a mode: {mode!r} (one of {', '.join(MODES)})")
+        self.batch, self.mode, self.message = batch, mode, message
         self.token = secrets.token_hex(4)
         self.calls = 0
         self.event = b"x" * EVENT_BYTES
@@ -108,9 +114,13 @@ class Driver:
             (self.store, self.seal),
             (self.store, self.waiter_read),
         ]
-        if not self.full:
+        if self.mode == "store":
             return store
         execute = [(self.broker, step) for step in self.task_steps("execute")]
+        if self.mode == "inline":
+            # TOOL_BOUNDARY_PROJECT_IN_LINE: one task; the project step runs on its thread
+            # with the record handed over (no read back), before the task's success and ack.
+            return [*store[:1], *execute[:6], *store[1:3], *store[4:5], *execute[6:], *store[5:]]
         project = [(self.broker, step) for step in self.task_steps("project")]
         # The execute task is sent with the call and delivered before the claim; acked after
         # the raw write, when the project task is sent; the project task acked after the seal.
@@ -234,9 +244,9 @@ _SEAL_TERMS: Any = {
 
 
 def _drive(
-    server_url: str, batch: int, full: bool, message: bytes, until: float, counts: Any, n: int
+    server_url: str, batch: int, mode: str, message: bytes, until: float, counts: Any, n: int
 ) -> None:
-    driver = Driver(server_url, batch, full, message)
+    driver = Driver(server_url, batch, mode, message)
     round_no = 0
     while time.time() < until:
         driver.round(round_no)
@@ -245,7 +255,7 @@ def _drive(
 
 
 def measure(
-    server_url: str, processes: int, seconds: float, batch: int, full: bool, message: bytes
+    server_url: str, processes: int, seconds: float, batch: int, mode: str, message: bytes
 ) -> dict[str, Any]:
     """``processes`` drivers for ``seconds`` (after ``WARMUP_S``): calls/s and Redis CPU."""
     server = redis.Redis.from_url(server_url)
@@ -255,7 +265,7 @@ def measure(
     until = began + WARMUP_S + seconds
     workers = [
         context.Process(
-            target=_drive, args=(server_url, batch, full, message, until, counts, n), daemon=True
+            target=_drive, args=(server_url, batch, mode, message, until, counts, n), daemon=True
         )
         for n in range(processes)
     ]
@@ -303,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ceiling", description=__doc__)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
     parser.add_argument("--processes", default="1,2,4,8", help="driver counts, in turn")
-    parser.add_argument("--modes", default="store,full", help="store, full, or both")
+    parser.add_argument(
+        "--modes", default="store,full", help="store, full, inline (comma-separated)"
+    )
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--batch", type=int, default=BATCH)
     parser.add_argument("--lock-wait", type=float, default=600.0)
@@ -322,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             out["task_message_bytes"] = len(message)
             for mode in args.modes.split(","):
                 out[mode] = [
-                    measure(args.redis_url, n, args.seconds, args.batch, mode == "full", message)
+                    measure(args.redis_url, n, args.seconds, args.batch, mode, message)
                     for n in counts
                 ]
                 for client in flush:

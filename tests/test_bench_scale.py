@@ -51,7 +51,7 @@ def test_one_round_of_the_ceiling_driver_seals_every_call_and_hears_every_seal()
     store = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=STORE_DB, decode_responses=True)
     store.flushdb()
     try:
-        driver = Driver(SERVER, batch=2 * CALLS_PER_RUN, full=True, message=b"{}")
+        driver = Driver(SERVER, batch=2 * CALLS_PER_RUN, mode="full", message=b"{}")
 
         # When it runs one round of 20 calls, broker traffic included
         driver.round(0)
@@ -85,11 +85,11 @@ def test_ceiling_reports_calls_and_redis_cpu_per_call_for_both_modes() -> None:
         "--batch",
         "10",
         "--modes",
-        "store,full",
+        "store,full,inline",
     )
 
     assert _positive(got["task_message_bytes"])
-    for mode in ("store", "full"):
+    for mode in ("store", "full", "inline"):
         assert [row["processes"] for row in got[mode]] == [1, 2]
         for row in got[mode]:
             for name in ("calls", "calls_per_s", "redis_cpu_ms_per_call", "ceiling_calls_per_s"):
