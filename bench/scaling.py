@@ -113,7 +113,7 @@ def one_count(
                 module=ours.module,
                 name=f"ours{n}",
                 app=ours.app,
-                settings=bench_settings(args.redis_url),
+                settings=_settings(args),
                 pool=pool,
                 queues=ours.queues,
                 log_dir=args.out / "logs",
@@ -130,6 +130,13 @@ def one_count(
             profile = _profile(pgids, out, lambda: measure(ours, pgids, args.calls, server))
             samples[-1]["profiles"] = profile  # type: ignore[assignment]
     return samples
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    settings = bench_settings(args.redis_url)
+    if args.project_in_line:
+        settings = settings.model_copy(update={"project_in_line": True})
+    return settings
 
 
 def summarize(counts: dict[int, list[dict[str, float]]]) -> list[dict[str, Any]]:
@@ -159,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds over the counts")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--profile", action="store_true", help="py-spy every worker")
+    parser.add_argument(
+        "--project-in-line",
+        action="store_true",
+        help="the workers run with TOOL_BOUNDARY_PROJECT_IN_LINE (one broker hop a call)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "scaling")
     parser.add_argument("--lock-wait", type=float, default=900.0)
     args = parser.parse_args(argv)
