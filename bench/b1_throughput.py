@@ -10,11 +10,12 @@ on a shared machine they vary far less than throughput.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.cpu import group_cpu_s, group_switches, own_cpu_s, server_cpu_s
+from bench.cpu import group_cpu_s, group_switches, machine_cpu_s, own_cpu_s, server_cpu_s
 from bench.sides import Side, call_ids
 from bench.stats import spread
 
@@ -30,6 +31,9 @@ class Sample:
     redis_cpu_ms: float | None = None
     #: Context switches per call of the worker's threads.
     worker_switches: float | None = None
+    #: Share of the machine's cores busy with anything but this measurement (other sides'
+    #: idle workers, other users' processes, steal) while it ran: what makes a pair noisy.
+    others_busy: float | None = None
 
     @property
     def per_s(self) -> float:
@@ -46,6 +50,7 @@ def measure(side: Side, calls: int, worker_pgid: int, server: Any = None) -> Sam
     ids = list(call_ids(f"b1{side.name}", calls))
     server_before = None if server is None else server_cpu_s(server)
     switches_before = group_switches(worker_pgid)
+    machine_before = machine_cpu_s()
     worker_before, client_before = group_cpu_s(worker_pgid), own_cpu_s()
     began = time.perf_counter()
     handles = [side.send(run_id, call_id) for run_id, call_id in ids]
@@ -53,8 +58,18 @@ def measure(side: Side, calls: int, worker_pgid: int, server: Any = None) -> Sam
         side.wait(handle)
     seconds = time.perf_counter() - began
     worker_after, client_after = group_cpu_s(worker_pgid), own_cpu_s()
+    machine_after = machine_cpu_s()
     switches_after = group_switches(worker_pgid)
     server_after = None if server is None else server_cpu_s(server)
+    others = _others_busy(
+        machine_after - machine_before if machine_before and machine_after else None,
+        [
+            _delta(worker_before, worker_after),
+            client_after - client_before,
+            _delta(server_before, server_after),
+        ],
+        seconds,
+    )
     return Sample(
         calls,
         seconds,
@@ -62,7 +77,21 @@ def measure(side: Side, calls: int, worker_pgid: int, server: Any = None) -> Sam
         (client_after - client_before) * 1000 / calls,
         redis_cpu_ms=_per_call(server_before, server_after, calls, 1000),
         worker_switches=_per_call(switches_before, switches_after, calls, 1),
+        others_busy=others,
     )
+
+
+def _delta(before: float | None, after: float | None) -> float:
+    return 0.0 if before is None or after is None else after - before
+
+
+def _others_busy(machine_s: float | None, ours_s: list[float], seconds: float) -> float | None:
+    """The machine's busy CPU not spent by the measured worker, client or server, as a share
+    of every core's time over ``seconds``."""
+    cores = os.cpu_count() or 1
+    if machine_s is None or seconds <= 0:
+        return None
+    return max(0.0, machine_s - sum(ours_s)) / (seconds * cores)
 
 
 def compare(
@@ -91,6 +120,8 @@ def compare(
     for side in sides:
         out[f"{side.name}_per_s"] = [r[side.name].per_s for r in rounds]
         out[side.name] = [asdict(r[side.name]) for r in rounds]
+    busy = [r[side.name].others_busy for r in rounds for side in sides]
+    out["others_busy"] = spread([b for b in busy if b is not None])
     for n, peer in enumerate(peers):
         prefix = "" if n == 0 else f"{peer.name}_"
         ratios = [r[ours.name].per_s / r[peer.name].per_s for r in rounds]

@@ -14,7 +14,7 @@ from itertools import permutations
 from typing import Any
 
 from bench.sides import Ours, Side, call_ids
-from bench.stats import ms, percentile
+from bench.stats import ms, percentile, spread
 from boundary.preflight import Accepted, preflight
 
 
@@ -49,12 +49,31 @@ _NAMES = {
 }
 
 
-def latencies(ours: Ours, peers: list[Side], samples: int) -> dict[str, Any]:
+#: Ratios of B2 taken per block of samples (ours over the fair peer): (name, ours, peer).
+BLOCK_RATIOS = (
+    ("submit_over_apply_async_p50", "submit", "apply_async"),
+    ("call_over_bare_call_p50", "call", "bare_call"),
+)
+
+
+def block_ratios(ours: list[float], peer: list[float], blocks: int) -> list[float]:
+    """The p50 ratio in each of ``blocks`` consecutive blocks of paired samples: the same
+    ratio taken ``blocks`` times, so its spread shows how far one measurement can be
+    trusted."""
+    size = max(1, min(len(ours), len(peer)) // max(1, blocks))
+    return [
+        percentile(ours[start : start + size], 50) / percentile(peer[start : start + size], 50)
+        for start in range(0, min(len(ours), len(peer)) - size + 1, size)
+    ]
+
+
+def latencies(ours: Ours, peers: list[Side], samples: int, blocks: int = 1) -> dict[str, Any]:
     """p50/p99 of PING, submit, the peers' apply_async and every side's sequential call, with
-    ratios. Each sample takes every side in turn, each call after a PING, in an order that
-    cycles through every permutation of the sides: each side follows each other side, and
-    is first and last, equally often (a call right after another side's call shares the
-    CPU with that side's worker still acking and sending events)."""
+    ratios over all samples and, per ``BLOCK_RATIOS``, in ``blocks`` blocks (``<name>_pairs``:
+    median and spread). Each sample takes every side in turn, each call after a PING, in an
+    order that cycles through every permutation of the sides: each side follows each other
+    side, and is first and last, equally often (a call right after another side's call
+    shares the CPU with that side's worker still acking and sending events)."""
     ping = ours.store.client.ping
     sides: list[Side] = [ours, *peers]
     times: dict[str, list[float]] = {"ping": []}
@@ -81,6 +100,9 @@ def latencies(ours: Ours, peers: list[Side], samples: int) -> dict[str, Any]:
             out[f"submit_over_defaults_apply_async_{q}"] = (
                 submit / out[f"defaults_apply_async_{q}_ms"]
             )
+    for name, mine, theirs in BLOCK_RATIOS:
+        ratios = block_ratios(times[mine], times[theirs], blocks)
+        out[f"{name}_pairs"] = {"ratios": ratios, **spread(ratios)}
     # What the boundary adds to the synchronous part, in PING round trips.
     out["added_over_ping_p50"] = (out["submit_p50_ms"] - out["apply_async_p50_ms"]) / out[
         "ping_p50_ms"

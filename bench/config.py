@@ -89,6 +89,12 @@ class Sizes:
     b7_stall_calls: tuple[int, ...] = (60, 200, 1000)
     #: B7: runs of the smallest stall count repeated (the 60-call target: 10 of 10 runs).
     b7_runs: int = 10
+    #: ``--peers dbos``: sequential calls a side against DBOS at 10 ms polling.
+    dbos_samples: int = 200
+    #: ``--peers dbos``: calls in flight and sequential calls against DBOS's 1 s defaults
+    #: (about 8 calls a second: B1's sizes would take minutes a repetition).
+    dbos_slow_calls: int = 40
+    dbos_slow_samples: int = 10
 
 
 FULL = Sizes(
@@ -121,6 +127,9 @@ QUICK = replace(
     b7_samples=2,
     b7_stall_calls=(20, 60),
     b7_runs=2,
+    dbos_samples=12,
+    dbos_slow_calls=8,
+    dbos_slow_samples=2,
 )
 
 

@@ -69,7 +69,10 @@ def group_switches(pgid: int) -> int | None:
 
 def server_cpu_s(client: Any) -> float | None:
     """User + system CPU seconds of the Redis server behind ``client`` (``INFO cpu``):
-    the broker, result backend and store of every side share it."""
+    the broker, result backend and store of every side share it. A ``PgBackends`` instead
+    gives the CPU of a PostgreSQL database's server processes."""
+    if isinstance(client, PgBackends):
+        return client.cpu_s()
     try:
         info = client.info("cpu")
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
@@ -77,7 +80,45 @@ def server_cpu_s(client: Any) -> float | None:
         return None
 
 
+def machine_cpu_s() -> float | None:
+    """CPU seconds the whole machine spent busy (every core, ``/proc/stat``: user, nice,
+    system, irq, softirq and steal), to tell how much of a measurement's time others took."""
+    try:
+        fields = (_PROC / "stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / _TICKS
+
+
 def own_cpu_s() -> float:
     """CPU seconds of this process, all threads."""
     times = os.times()
     return times.user + times.system
+
+
+class PgBackends:
+    """The PostgreSQL server processes serving database ``dbname`` (their command lines
+    name it): their CPU is what the database costs the DBOS peer, as ``INFO cpu`` is for
+    the Redis sides. A connection closed meanwhile takes its CPU with it, so pooled
+    connections (DBOS's) are counted whole and short ones not at all."""
+
+    def __init__(self, dbname: str) -> None:
+        self.marker = f" {dbname} ".encode()
+
+    def cpu_s(self) -> float | None:
+        if not _PROC.is_dir():
+            return None
+        total = 0
+        for pid_dir in _PROC.iterdir():
+            if not pid_dir.name.isdigit():
+                continue
+            try:
+                if self.marker not in (pid_dir / "cmdline").read_bytes():
+                    continue
+            except OSError:
+                continue
+            fields = _stat_fields(pid_dir)
+            if fields is not None:
+                total += int(fields[11]) + int(fields[12])
+        return total / _TICKS

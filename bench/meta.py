@@ -56,6 +56,11 @@ def _git_commit() -> str | None:
     return out.stdout.strip()
 
 
+def commit() -> str | None:
+    """The tree measured: ``git describe --always --dirty`` (or ``BENCH_COMMIT``)."""
+    return _git_commit()
+
+
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 

@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -24,6 +25,7 @@ from bench import (
     b6_memory,
     b6_scale,
     b7_async,
+    dbos_compare,
 )
 from bench.config import (
     DEFAULT_REDIS_URL,
@@ -42,6 +44,7 @@ from bench.lock import Busy, exclusive
 from bench.meta import load, machine
 from bench.report import figures, print_table, write_outputs
 from bench.sides import Bare, Defaults, Inline, Ours, Side, make_store
+from bench.stats import quoted
 from bench.workers import WorkerProcess, running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,6 +86,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="B1 also measures ours with tools and projectors run on the task's thread (no "
         "time limit; bench.inline): what the time limits' thread hand-offs cost",
+    )
+    dbos_compare.add_arguments(parser)
+    parser.add_argument(
+        "--project-in-line",
+        action="store_true",
+        help="our workers run with TOOL_BOUNDARY_PROJECT_IN_LINE (one broker hop a call)",
     )
     parser.add_argument("--pools", type=parse_pools, help="B1/B2 pools, e.g. threads:8,prefork:2")
     parser.add_argument("--calls", type=int, help="B1 calls a side per repetition")
@@ -142,6 +151,8 @@ class Bench:
         self.sizes = sizes
         self.phases = set(args.only.split(","))
         self.settings = bench_settings(args.redis_url)
+        if args.project_in_line:
+            self.settings = self.settings.model_copy(update={"project_in_line": True})
         store = make_store(self.settings, connection_class=CountingConnection)
         self.ours = Ours(self.settings, store=store)
         self.bare = Bare(self.settings)
@@ -153,15 +164,24 @@ class Bench:
         #: B1 only: the ablation, measured as one more peer (``inline_ratio``).
         self.ablations: list[Side] = [Inline(self.settings, store=store)] if args.ablate else []
         self.results: dict[str, Any] = {"b1": {}, "b2": {}}
+        #: ``--peers dbos``: DBOS's sides, entered for the run (its database).
+        self.dbos: dbos_compare.DbosPeers | None = None
+        if "dbos" in args.peers:
+            self.phases.add("dbos")
+            self.dbos = dbos_compare.DbosPeers(args.pg_url, args.pg_db_prefix, args.out / "logs")
+            self.results["dbos"] = {}
 
     def run(self) -> dict[str, Any]:
         began = time.monotonic()
         ensure_scripts(self.ours.store)
-        if self.phases & {"b1", "b2", "b3", "b5", "b7"}:
+        if self.phases & {"b1", "b2", "b3", "b5", "b7", "dbos"}:
             # B3, B5 and B7 run on the first pool only: the others are started for B1/B2.
-            pools = self.sizes.pools if self.phases & {"b1", "b2"} else self.sizes.pools[:1]
-            for index, pool in enumerate(pools):
-                self.on_pool(pool, first=index == 0)
+            pools = self.sizes.pools
+            if not self.phases & {"b1", "b2", "dbos"}:
+                pools = pools[:1]
+            with self.dbos or nullcontext():
+                for index, pool in enumerate(pools):
+                    self.on_pool(pool, first=index == 0)
         if "b4" in self.phases:
             log("B4: observe on a 100-call run")
             self.results["b4"] = b4_observe.observe(self.ours, self.sizes.b4_samples)
@@ -192,7 +212,9 @@ class Bench:
         )
 
     def on_pool(self, pool: Pool, *, first: bool) -> None:
-        sides = [self.ours, *self.peers, *self.ablations]
+        sides: list[Side] = [self.ours]
+        if self.phases - {"dbos", "b4", "b6", "b6s"}:
+            sides += [*self.peers, *self.ablations]
         log(f"{pool.label}: starting the workers of {len(sides)} sides")
         starts = [partial(self._worker, side, pool) for side in sides]
         with running(*starts) as started:
@@ -211,6 +233,17 @@ class Bench:
                 self.b5(pool)
             if first and "b7" in self.phases:
                 self.b7(pool)
+            if self.dbos is not None:
+                self.dbos_peers(self.dbos, pool, pgids[self.ours.name])
+
+    def dbos_peers(self, dbos: dbos_compare.DbosPeers, pool: Pool, ours_pgid: int) -> None:
+        log(f"{pool.label}: DBOS, worker_concurrency {pool.concurrency}, alternating with ours")
+        got = dbos.measure(self.ours, ours_pgid, pool, self.sizes, self.server)
+        self.results["dbos"][pool.label] = got
+        for name, side in got["sides"].items():
+            rate = side["throughput"]["ratio"]["median"]
+            p50 = side["sequential"]["call_p50_ratio"]["median"]
+            log(f"{pool.label}: ours / {name}: throughput {rate:.2f}, sequential p50 {p50:.2f}")
 
     def b1(self, pool: Pool, pgids: dict[str, int]) -> None:
         sizes = self.sizes
@@ -225,8 +258,9 @@ class Bench:
         )
         self.results["b1"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
         log(
-            f"{pool.label}: B1 ratio {got['ratio']['median']:.2f} (fair peer), "
-            f"{got['defaults_ratio']['median']:.2f} (Celery defaults)"
+            f"{pool.label}: B1 ratio {quoted(got['ratio'])} (fair peer), "
+            f"{got['defaults_ratio']['median']:.2f} (Celery defaults); others kept "
+            f"{got['others_busy']['median']:.0%} of the cores busy"
         )
 
     def profile_workers(self, pool: Pool, pgids: dict[str, int]) -> None:
@@ -243,7 +277,7 @@ class Bench:
     def b2(self, pool: Pool, *, first: bool) -> None:
         samples = self.sizes.b2_samples
         log(f"{pool.label}: B2, {samples} sequential calls a side")
-        got = b2_latency.latencies(self.ours, self.peers, samples)
+        got = b2_latency.latencies(self.ours, self.peers, samples, self.sizes.repetitions)
         self.results["b2"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
         log(f"{pool.label}: B2 submit p50 = {got['submit_over_ping_p50']:.1f} PINGs")
         if first:

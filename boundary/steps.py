@@ -119,6 +119,13 @@ def record_size(record: CanonicalRecord, **changes: Any) -> int:
 #: At most this many bytes of JSON for a value that is not text: a timestamp, an enum's
 #: name, a number, a flag or null.
 _SCALAR_JSON_BYTES = 64
+#: The record's fields, and what their names, quotes, colons and commas take at most, with
+#: the braces: the part of the bound every record shares.
+_RECORD_FIELDS = tuple(CanonicalRecord.model_fields)
+_RECORD_FRAME_BYTES = 2 + sum(len(name) + 4 for name in _RECORD_FIELDS)
+#: Values that are scalars for certain, checked before the nested kinds (whose ``Mapping``
+#: check is an ABC's, the dearest of them).
+_SCALARS = (int, float, datetime, type(None))
 
 
 def _size_bound(record: CanonicalRecord, changes: Mapping[str, Any]) -> int | None:
@@ -126,12 +133,14 @@ def _size_bound(record: CanonicalRecord, changes: Mapping[str, Any]) -> int | No
     ``None`` when it has a nested value (a diagnostic). A character of text takes at most 6
     bytes of JSON (a control character, written ``\\u001f``); a field's name, quotes, colon
     and comma at most its length plus 4."""
-    total = 2
-    for name in CanonicalRecord.model_fields:
-        value = changes[name] if name in changes else getattr(record, name)
-        total += len(name) + 4
+    values = record.__dict__
+    total = _RECORD_FRAME_BYTES
+    for name in _RECORD_FIELDS:
+        value = changes[name] if name in changes else values[name]
         if isinstance(value, str):
             total += 6 * len(value) + 2
+        elif isinstance(value, _SCALARS):
+            total += _SCALAR_JSON_BYTES
         elif isinstance(value, BaseModel | Mapping | list):
             return None
         else:

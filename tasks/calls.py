@@ -161,13 +161,37 @@ def execute_tool(task: Any, run_id: str, tool_call_id: str, attempt: int = 1) ->
                 terms=terms,
                 timeout_errors=(SoftTimeLimitExceeded,),
             )
-        if executed is ExecuteResult.HANDED_ON:
+        in_line = executed is ExecuteResult.STORED and runtime.settings.project_in_line
+        if executed is ExecuteResult.HANDED_ON or (
+            in_line and _projected_in_line(runtime, key, task.request)
+        ):
+            # Another attempt's message carries the project step, or it ran here.
             task.request.chain = None
         return executed.value
     except Exception as exc:
         # Only the type: the text may hold a URL or a payload.
         logger.error("execute %s failed: %s", key.identity, type(exc).__name__)
         return "FAILED"
+
+
+def _projected_in_line(runtime: Runtime, key: CanonicalKey, request: Any) -> bool:
+    """Projects and seals the call on this task's thread (``Settings.project_in_line``):
+    True when it ended READY, so its chained project task need not go. An ERROR, or any
+    failure here (the store's: the project task retries it), leaves the project task to go."""
+    try:
+        with telemetry.worker_step(telemetry.PROJECT, key, request) as step:
+            outcome = project_step(
+                runtime.store,
+                runtime.registry,
+                key,
+                timeout_s=runtime.settings.projection_timeout_s,
+                project_now=_project_now,
+            )
+            step.outcome(outcome)
+    except Exception as exc:
+        logger.error("project %s in line failed: %s", key.identity, type(exc).__name__)
+        return False
+    return outcome.error_code is None
 
 
 @app.task(

@@ -1,0 +1,99 @@
+"""``Settings.project_in_line`` on a real worker subprocess that consumes the tools queue
+only: a call still ends READY (projected on the execute task's thread) and sends no project
+task, which would otherwise wait forever on the unconsumed projections queue; an outcome that
+is an ERROR still sends its project task, so monitoring lists it among the failed tasks."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+
+from boundary import ToolBoundary, ToolCallEnvelope
+from tasks import CeleryDispatcher
+from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
+from tasks.runtime import get_runtime
+from tests.celery.conftest import RUN
+from tests.celery.workers import celery_process, worker_args
+from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+
+pytestmark = pytest.mark.slow
+
+#: Longest wait for one call's outcome, seconds (a bound, not a timing assertion).
+CALL_TIMEOUT_S = 30.0
+
+
+@pytest.fixture
+def tools_only_worker(
+    redis_client: redis.Redis, celery_session_app: Celery, tmp_path: Path
+) -> Iterator[tuple[ToolBoundary, redis.Redis]]:
+    """A boundary over a worker that projects in line and consumes ``tools`` only, on a
+    broker DB of its own (which the test reads)."""
+    settings = celery_test_settings(
+        broker_url=redis_url(SUBPROCESS_BROKER_DB), project_in_line=True
+    )
+    broker = flush_db(SUBPROCESS_BROKER_DB)
+    app = create_app(settings, name="tests_in_line")
+    args = [TOOLS_QUEUE if arg == "tools,projections" else arg for arg in worker_args("in-line")]
+    with celery_process(settings, *args, log=tmp_path / "worker.log"):
+        yield get_runtime().boundary(CeleryDispatcher(app)), broker
+    broker.flushdb()
+
+
+#: Longest wait for the worker to ack its execute task after the call's seal, seconds.
+ACK_TIMEOUT_S = 10.0
+
+
+def _waiting_projections(broker: redis.Redis) -> int:
+    """Messages on the projections queue (and its priority lists, if any), once the worker
+    acked every message it took: the execute task sends its chained project task, if it
+    does, before its late ack, and the call's waiter wakes at the seal, before either."""
+    give_up = time.monotonic() + ACK_TIMEOUT_S
+    while broker.hlen("unacked"):
+        if time.monotonic() > give_up:
+            raise AssertionError("the worker did not ack its execute task")
+        time.sleep(0.05)
+    return sum(int(broker.llen(name)) for name in broker.scan_iter(f"{PROJECTIONS_QUEUE}*"))
+
+
+def _envelope(tool: str) -> ToolCallEnvelope:
+    return ToolCallEnvelope(
+        run_id=RUN.run_id,
+        tool_call_id=f"call_{uuid.uuid4().hex[:12]}",
+        tool_name=tool,
+        arguments={"query": "in line"},
+    )
+
+
+def test_a_call_projected_in_line_ends_ready_and_sends_no_project_task(
+    tools_only_worker: tuple[ToolBoundary, redis.Redis],
+) -> None:
+    boundary, broker = tools_only_worker
+
+    # When a call runs on a worker that projects in line and serves no projections queue
+    outcome = boundary.invoke(_envelope("lookup"), RUN, timeout=CALL_TIMEOUT_S)
+
+    # Then it ends READY with its projected result, and no project task was sent
+    assert outcome.status == "READY", outcome
+    assert outcome.result is not None
+    assert _waiting_projections(broker) == 0
+
+
+def test_an_error_projected_in_line_still_sends_its_project_task(
+    tools_only_worker: tuple[ToolBoundary, redis.Redis],
+) -> None:
+    boundary, broker = tools_only_worker
+
+    # When the projector of a call projected in line raises
+    outcome = boundary.invoke(_envelope("bad_projector"), RUN, timeout=CALL_TIMEOUT_S)
+
+    # Then the call is sealed ERROR in line, and its project task still went out (for
+    # monitoring: it reports the sealed ERROR as a failed task)
+    assert outcome.status == "ERROR"
+    assert outcome.error_code == "PROJECTION_FAILED"
+    assert _waiting_projections(broker) == 1
