@@ -127,6 +127,8 @@ class Flow:
         self._overrides: frozenset[str] = frozenset()
         self._overrides_at: float | None = None
         self._refreshing = False
+        #: Seconds the list of overrides is kept before it is read again.
+        self.overrides_ttl_s = OVERRIDES_TTL_S
 
     @classmethod
     def install(cls, store: object, registry: ToolRegistry, sender: Sender | None) -> Flow | None:
@@ -166,10 +168,10 @@ class Flow:
 
     def overridden(self) -> frozenset[str]:
         """Tools with a run-time override, as last read. Never waits on the store (an event
-        loop may be asking): a list older than ``OVERRIDES_TTL_S`` is read again on a short
+        loop may be asking): a list older than ``overrides_ttl_s`` is read again on a short
         thread of its own, and this answer is the one before it."""
         read_at = self._overrides_at
-        if read_at is None or self._clock() - read_at >= OVERRIDES_TTL_S:
+        if read_at is None or self._clock() - read_at >= self.overrides_ttl_s:
             with self._lock:
                 stale = not self._refreshing
                 self._refreshing = True

@@ -28,6 +28,7 @@ from boundary import (
     ToolSpec,
     heartbeat,
 )
+from boundary.flow import Flow
 from tests.helpers import FakeProjector, envelope, make_run, wait_until
 from tests.servers import RedisServer, redis_server
 
@@ -73,6 +74,13 @@ def paused_setup(tmp_path: Path) -> Iterator[tuple[RedisServer, ToolBoundary]]:
         boundary = ToolBoundary(
             store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
         )
+        # Flow control's list of run-time overrides, read now and kept: its read once a second
+        # (off the caller's path, on a connection of its own) is not the submit's round trip.
+        flow = store.flow
+        assert isinstance(flow, Flow)
+        flow.refresh_overrides()
+        flow.overrides_ttl_s = 3600
+        store.client.connection_pool.disconnect()  # (that read's connection: not the submit's)
         try:
             yield server, boundary
         finally:
