@@ -5,7 +5,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from boundary import RedisCanonicalStore, ToolBoundary, ToolRegistry, load_registry
+from boundary import (
+    ConfigurationError,
+    RedisCanonicalStore,
+    ToolBoundary,
+    ToolRegistry,
+    load_registry,
+)
 from boundary.dispatch import Dispatcher
 from tasks.exits import EXIT_USAGE, exit_with
 from tasks.settings import InvalidSettings, Settings, load_settings
@@ -25,6 +31,16 @@ class Runtime:
             max_pending_s=self.settings.max_pending_s,
             reap_grace_s=self.settings.reap_grace_s,
         )
+
+
+def registry_or_empty(settings: Settings) -> ToolRegistry:
+    """The tools of ``TOOL_BOUNDARY_TOOLS``, or none when they cannot be loaded: for the
+    programs that only read their declared limits (the limits command, the web view) and work
+    without them."""
+    try:
+        return load_registry(settings.tools)
+    except ConfigurationError:
+        return ToolRegistry()
 
 
 def store_from_settings(settings: Settings) -> RedisCanonicalStore:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from boundary import ConfigurationError, RedisCanonicalStore, ToolRegistry, load_registry
+from boundary import RedisCanonicalStore
 from boundary.flow import Flow
 from boundary.store.flow import FlowStatus
 from tasks.commands.common import (
@@ -25,6 +25,7 @@ from tasks.commands.common import (
     settings_or_fail,
 )
 from tasks.exits import EXIT_NOT_FOUND, EXIT_USAGE
+from tasks.runtime import registry_or_empty
 from tasks.settings import Settings
 
 limits_app = typer.Typer(
@@ -39,15 +40,6 @@ ToolArg = Annotated[str, typer.Argument(help="The tool's registered name.", show
 NONE = "none"
 
 
-def _registry(settings: Settings) -> ToolRegistry:
-    """The tools of ``TOOL_BOUNDARY_TOOLS`` (their declared limits); empty when it cannot be
-    loaded (the overrides in Redis are still shown)."""
-    try:
-        return load_registry(settings.tools)
-    except ConfigurationError:
-        return ToolRegistry()
-
-
 def _flow(settings: Settings, store: RedisCanonicalStore, *, sending: bool = False) -> Flow:
     sender = None
     if sending:
@@ -56,7 +48,7 @@ def _flow(settings: Settings, store: RedisCanonicalStore, *, sending: bool = Fal
 
         # Calls a raised limit lets start are sent from here, at once.
         sender = CeleryDispatcher(app)
-    return Flow(store, _registry(settings), sender)
+    return Flow(store, registry_or_empty(settings), sender)
 
 
 def limits_view(status: FlowStatus) -> dict[str, Any]:
@@ -168,7 +160,7 @@ def _rate(value: str | None) -> tuple[int | None, int | None] | str:
 
 
 def _known(settings: Settings, tool: str) -> None:
-    registry = _registry(settings)
+    registry = registry_or_empty(settings)
     if len(registry) and tool not in registry:
         fail(f"no tool {tool!r} in TOOL_BOUNDARY_TOOLS", EXIT_NOT_FOUND)
 

@@ -7,10 +7,10 @@ import os
 import uvicorn
 from starlette.types import ASGIApp
 
-from boundary import ConfigurationError, ToolBoundary, ToolOutcome, ToolRegistry, load_registry
+from boundary import ConfigurationError, ToolBoundary, ToolOutcome
 from boundary.flow import Flow
 from tasks.mcp_server.settings import is_loopback
-from tasks.runtime import store_from_settings
+from tasks.runtime import registry_or_empty, store_from_settings
 from tasks.settings import Settings, redis_location
 from tasks.web.app import create_app
 
@@ -47,10 +47,7 @@ def build_app(settings: Settings, *, show_raw: bool, token: str | None) -> ASGIA
     # The tools' registry, for their declared limits: a cancel of a limited tool's call gives
     # its slot (or place in line) up, and the limits page lists them. Without it, the pages
     # work all the same (a cancelled call's slot is then left to the reaper's check).
-    try:
-        registry = load_registry(settings.tools)
-    except ConfigurationError:
-        registry = ToolRegistry()
+    registry = registry_or_empty(settings)
     boundary = ToolBoundary(
         store=store,
         registry=registry,
