@@ -92,7 +92,7 @@ class WakeScheduler(Protocol):
 
 
 class FlowStore(Protocol):
-    """What flow control needs of a store: its scripts, a seal and a clock."""
+    """What flow control needs of a store: its flow scripts, and a seal."""
 
     flow_ops: RedisFlow
 
