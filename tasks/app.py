@@ -84,6 +84,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # worker), named so that the URLs kombu and Flower print keep their redis:// scheme.
         "broker_transport": broker_transport_name(settings.broker),
         "broker_connection_retry_on_startup": True,
+        # A broker that refuses a command (full: OutOfMemoryError; a demoted Sentinel master:
+        # ReadOnlyError) is retried like a lost connection instead of stopping the worker: a
+        # worker that started while its broker was full exited at once (the chaos run).
+        "broker_channel_error_retry": True,
         "broker_connection_timeout": settings.publish_timeout_s,
         "task_publish_retry_policy": {
             "max_retries": 2,

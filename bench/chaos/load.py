@@ -124,13 +124,18 @@ class Load:
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(
-                target=self._sync_caller, args=(Caller(f"s{n}", seed),), name=f"caller-s{n}"
+                target=self._sync_caller,
+                args=(Caller(f"s{n}", seed),),
+                name=f"caller-s{n}",
+                daemon=True,
             )
             for n in range(sync_callers)
         ]
         callers = [Caller(f"a{n}", seed) for n in range(async_callers)]
         self._threads.append(
-            threading.Thread(target=lambda: asyncio.run(self._async_callers(callers)), name="aio")
+            threading.Thread(
+                target=lambda: asyncio.run(self._async_callers(callers)), name="aio", daemon=True
+            )
         )
 
     def start(self) -> None:

@@ -46,6 +46,8 @@ def chaos(
         force=True,
     )
     fleet = Fleet(directory, ports, sentinel=sentinel)
+    load: Load | None = None
+    injector: Injector | None = None
     try:
         fleet.start()
         settings = fleet.settings
@@ -85,4 +87,9 @@ def chaos(
         (directory / "report.json").write_text(json.dumps(found, indent=2) + "\n")
         return found
     finally:
+        # Also on an interrupt: no fault or caller may outlive the fleet.
+        if injector is not None:
+            injector.stop()
+        if load is not None:
+            load.stop()
         fleet.stop()
