@@ -38,6 +38,20 @@ def meta(call_id: str) -> dict[str, Any]:
     return {RUN_ID_META: RUN_ID, TOOL_CALL_ID_META: call_id}
 
 
+def call_diagnosis(
+    server: HttpServer, store: RedisCanonicalStore, call_id: str, seen: list[Any], error: Exception
+) -> str:
+    """What a test that lost a call's answer knows: the record, the progress seen, the
+    server's log tail."""
+    record = store.get(CanonicalKey(RUN_ID, call_id), with_raw=False)
+    state = None if record is None else record.model_dump(mode="json", exclude={"raw"})
+    return (
+        f"no answer ({type(error).__name__}: {error}); record: {state}; "
+        f"{len(seen)} progress notification(s), last {seen[-1:]}; server log:\n"
+        + server.log.read_text(errors="replace")[-4000:]
+    )
+
+
 async def send(server: HttpServer, method: str, params: dict[str, Any]) -> dict[str, Any]:
     """One request through the SDK's client on a 2025-11-25 connection (its dispatcher: the
     SDK's typed ``tools/call`` cannot receive a ``CreateTaskResult``)."""
@@ -175,7 +189,7 @@ def test_a_task_is_bound_to_the_token_that_created_it(logs: Path, opened_run: Ru
 
 
 def test_progress_reaches_an_http_client_during_a_plain_call(
-    server_a: HttpServer, opened_run: RunContext
+    server_a: HttpServer, opened_run: RunContext, store: RedisCanonicalStore
 ) -> None:
     seen: list[tuple[float, float | None, str | None]] = []
 
@@ -187,11 +201,19 @@ def test_progress_reaches_an_http_client_during_a_plain_call(
             return await client.call_tool(
                 "beating",
                 {"steps": 8, "step_s": 0.3},
+                # The call takes 2.4 s: a bound, so a lost answer fails here with what is known
+                # (the SDK's client otherwise waits for ever once its stream breaks).
+                read_timeout_seconds=60.0,
                 meta=meta("call-http-progress"),
                 progress_callback=on_progress,
             )
 
-    result = anyio.run(scenario)
+    try:
+        result = anyio.run(scenario)
+    except Exception as error:
+        raise AssertionError(
+            call_diagnosis(server_a, store, "call-http-progress", seen, error)
+        ) from error
     # Then the answer came on the POST's event stream, after the progress notifications
     assert result.is_error is False
     assert seen and any((m or "").startswith("step ") for _, _, m in seen)
