@@ -240,6 +240,25 @@ def rate(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
     return found
 
 
+def _commit() -> str:
+    """The tree's commit (``+dirty`` when it has changes): what the figures are of."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return f"{head}+dirty" if dirty else head
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -268,7 +287,12 @@ def main() -> None:
     args.redis_url = args.redis_url.rstrip("/")
     args.waiting = [int(n) for n in args.waiting.split(",") if n]
     phases = set(args.only.split(","))
-    report: dict[str, Any] = {"load_before": os.getloadavg()}
+    report: dict[str, Any] = {
+        "command": "python -m bench.flow " + " ".join(sys.argv[1:]),
+        "commit": _commit(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_before": os.getloadavg(),
+    }
     logs = Path(tempfile.mkdtemp(prefix="tb-flow-bench-"))
     runners = {"unlimited": unlimited, "submit": submit_cost, "handoff": handoffs, "rate": rate}
     for name, run in runners.items():
