@@ -20,6 +20,7 @@ from celery.concurrency.thread import TaskPool as CeleryThreadPool
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
+import tasks.prefork_start  # noqa: F401  (its worker_ready hook)
 from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome, telemetry
 from boundary.flow import Flow
 from boundary.steps import (
