@@ -137,6 +137,7 @@ class InlineThreadPool(BasePool):  # type: ignore[misc]
                 if not future.set_running_or_notify_cancel():
                     continue
                 me.request = getattr(callback, "__self__", None)
+                settle_once(me.request)
                 try:
                     future.set_result(apply_target(target, args, kwargs, callback, accept_callback))
                 except BaseException as exc:
@@ -214,6 +215,64 @@ class InlineThreadPool(BasePool):  # type: ignore[misc]
         info: dict[str, Any] = super()._get_info()
         info.update({"max-concurrency": self.limit, "threads": len(self._threads)})
         return info
+
+
+class _Settled:
+    """What a request's ack and reject callbacks share: the first one that runs."""
+
+    __slots__ = ("done", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = False
+
+    def first(self) -> bool:
+        with self.lock:
+            if self.done:
+                return False
+            self.done = True
+            return True
+
+
+class _Once:
+    """A request's ``_on_ack`` or ``_on_reject``, run only if neither ran before."""
+
+    __slots__ = ("callback", "settled")
+
+    def __init__(self, callback: Callable[..., Any], settled: _Settled) -> None:
+        self.callback = callback
+        self.settled = settled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.settled.first():
+            return self.callback(*args, **kwargs)
+        return None
+
+
+def settle_once(request: Any) -> None:
+    """Makes the request's message acknowledged or rejected at most once.
+
+    An overdue run's message is acknowledged early from the watchdog's thread
+    (``_ack_early``) while the task, on its own thread, may be returning and acknowledging
+    it too. Both go through Celery's ``Request.acknowledge()``, whose check of
+    ``acknowledged`` is not atomic: both passed it, the consumer's loop acked the message
+    twice, and the second raised ``MessageStateError('Message already acknowledged')`` out of
+    the loop: "Unrecoverable error", the worker stopped consuming (the test suite's worker;
+    every later call stayed ``PROJECTING``). Here the request's ack and reject callbacks
+    share one flag: the first to run wins, the other does nothing."""
+    if request is None:
+        return
+    on_ack = getattr(request, "_on_ack", None)
+    on_reject = getattr(request, "_on_reject", None)
+    if not callable(on_ack) or isinstance(on_ack, _Once):
+        return
+    settled = _Settled()
+    try:
+        request._on_ack = _Once(on_ack, settled)
+        if callable(on_reject):
+            request._on_reject = _Once(on_reject, settled)
+    except AttributeError:
+        return  # not Celery's request: nothing to guard
 
 
 def _ack_early(request: Any) -> bool:

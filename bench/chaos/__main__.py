@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True, help="fixes the order of the faults")
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument("--sentinel", action="store_true", help="the store behind Sentinel")
+    parser.add_argument(
+        "--min-replicas",
+        type=int,
+        default=0,
+        help="with --sentinel: the data servers' min-replicas-to-write (0: off)",
+    )
     parser.add_argument("--ports", default="22000-22099", help="FIRST-LAST for the servers")
     parser.add_argument("--dir", default=None, help="servers' data, logs and report.json")
     parser.add_argument("--settle-s", type=float, default=SETTLE_S, help="bound of the settling")
@@ -40,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         directory,
         PortRange(first, last),
         sentinel=args.sentinel,
+        min_replicas=args.min_replicas,
         settle_s=args.settle_s,
     )
     line = summary(found, args.seed, args.minutes)

@@ -122,7 +122,9 @@ def worker_command(name: str, pool: str, concurrency: int) -> list[str]:
 class Fleet:
     """The chaos run's servers and programs."""
 
-    def __init__(self, directory: Path, ports: PortRange, *, sentinel: bool) -> None:
+    def __init__(
+        self, directory: Path, ports: PortRange, *, sentinel: bool, min_replicas: int = 0
+    ) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.ledger = RedisProcess("ledger", ports.take(), directory / "ledger", appendonly=False)
@@ -132,7 +134,7 @@ class Fleet:
         self.sentinel: SentinelSet | None = None
         self.store: RedisProcess | None = None
         if sentinel:
-            self.sentinel = SentinelSet(directory / "sentinel", ports)
+            self.sentinel = SentinelSet(directory / "sentinel", ports, min_replicas=min_replicas)
             store_url, backend_url = self.sentinel.url(0), self.sentinel.url(1)
         else:
             self.store = RedisProcess("store", ports.take(), directory / "store", appendonly=True)

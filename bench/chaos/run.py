@@ -35,6 +35,7 @@ def chaos(
     ports: PortRange,
     *,
     sentinel: bool = False,
+    min_replicas: int = 0,
     settle_s: float = SETTLE_S,
 ) -> dict[str, Any]:
     """Runs the chaos run; returns its report (``bench.chaos.report``)."""
@@ -45,7 +46,7 @@ def chaos(
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         force=True,
     )
-    fleet = Fleet(directory, ports, sentinel=sentinel)
+    fleet = Fleet(directory, ports, sentinel=sentinel, min_replicas=min_replicas)
     load: Load | None = None
     injector: Injector | None = None
     try:
@@ -76,6 +77,7 @@ def chaos(
             "seed": seed,
             "minutes": minutes,
             "sentinel": sentinel,
+            "min_replicas": min_replicas,
             "load_s": round(loaded_s, 1),
             "settle_s": round(settled_s, 1),
             "fleet_whole_at_end": fleet.whole(),

@@ -56,12 +56,25 @@ class SentinelProcess:
 class SentinelSet:
     """Two data servers (AOF on both) that swap roles on a failover, and three Sentinels."""
 
-    def __init__(self, directory: Path, ports: PortRange) -> None:
-        first = RedisProcess("sentinel-a", ports.take(), directory / "a", appendonly=True)
+    def __init__(self, directory: Path, ports: PortRange, *, min_replicas: int = 0) -> None:
+        #: ``min-replicas-to-write``: a master without that many replicas in sync (lag at most
+        #: 10 s) refuses writes, so none is acknowledged that a failover could lose.
+        self.guard: tuple[str, ...] = (
+            ("--min-replicas-to-write", str(min_replicas), "--min-replicas-max-lag", "10")
+            if min_replicas
+            else ()
+        )
+        first = RedisProcess(
+            "sentinel-a", ports.take(), directory / "a", appendonly=True, extra=self.guard
+        )
         first.start()
         replica_of = ("--replicaof", "127.0.0.1", str(first.port))
         second = RedisProcess(
-            "sentinel-b", ports.take(), directory / "b", appendonly=True, extra=replica_of
+            "sentinel-b",
+            ports.take(),
+            directory / "b",
+            appendonly=True,
+            extra=(*replica_of, *self.guard),
         )
         second.start()
         self.servers = [first, second]
@@ -108,7 +121,7 @@ class SentinelSet:
         """Starts a killed server again as a replica of the current master (Sentinel would
         reconfigure it anyway; this avoids a second master for a moment)."""
         master = self.master()
-        server.extra = ("--replicaof", "127.0.0.1", str(master.port))
+        server.extra = ("--replicaof", "127.0.0.1", str(master.port), *self.guard)
         server.start()
 
     def stop(self) -> None:

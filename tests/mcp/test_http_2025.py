@@ -43,7 +43,7 @@ def call_diagnosis(
 ) -> str:
     """What a test that lost a call's answer knows: the record, the progress seen, the
     server's log tail."""
-    record = store.get(CanonicalKey(RUN_ID, call_id), with_raw=False)
+    record = store.get(CanonicalKey(run_id=RUN_ID, tool_call_id=call_id), with_raw=False)
     state = None if record is None else record.model_dump(mode="json", exclude={"raw"})
     return (
         f"no answer ({type(error).__name__}: {error}); record: {state}; "
