@@ -32,6 +32,8 @@ from typing import Any
 
 import redis
 
+from bench.meta import commit
+
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "bench" / "flow_driver.py"
 #: The commit before flow control (issue 31's "before").
@@ -240,25 +242,6 @@ def rate(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
     return found
 
 
-def _commit() -> str:
-    """The tree's commit (``+dirty`` when it has changes): what the figures are of."""
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return f"{head}+dirty" if dirty else head
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -289,7 +272,7 @@ def main() -> None:
     phases = set(args.only.split(","))
     report: dict[str, Any] = {
         "command": "python -m bench.flow " + " ".join(sys.argv[1:]),
-        "commit": _commit(),
+        "commit": commit(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_before": os.getloadavg(),
     }
