@@ -28,7 +28,7 @@ from boundary.store import keys
 from boundary.store.flow import Admitted, FlowStanding, ToolLimits
 from tasks.flow_sweep import sweep_flow
 from tasks.reaper import Retries
-from tests.helpers import FakeTool, monitored, wait_until
+from tests.helpers import FakeTool, create_terms, monitored, wait_until
 from tests.servers import RedisServer, redis_cluster
 
 
@@ -82,6 +82,10 @@ def tools() -> ToolRegistry:
 RUN = RunContext(run_id="run-fs", authorized_tools=frozenset({"free", "one", "two", "rated"}))
 
 
+def key_of(call_id: str) -> CanonicalKey:
+    return CanonicalKey(run_id=RUN.run_id, tool_call_id=call_id)
+
+
 def call(call_id: str, tool: str, run: RunContext = RUN) -> ToolCallEnvelope:
     return ToolCallEnvelope(
         run_id=run.run_id, tool_call_id=call_id, tool_name=tool, arguments={"q": call_id}
@@ -123,9 +127,7 @@ def test_a_limited_tool_with_a_free_slot_costs_one_round_trip_more(
     boundary, recorder = parts
     flow_of(boundary).refresh_overrides()
     assert boundary.submit(call("o0", "one"), RUN).accepted  # scripts loaded on the server
-    boundary.store.seal_error(
-        CanonicalKey(run_id=RUN.run_id, tool_call_id="o0"), ErrorCode.CANCELLED
-    )
+    boundary.store.seal_error(key_of("o0"), ErrorCode.CANCELLED)
     with monitored(redis_client, round_trips=True) as commands:
         assert boundary.submit(call("o1", "one"), RUN).accepted
     scripts = [c for c in commands if c.startswith("evalsha")]
@@ -208,7 +210,7 @@ def test_a_rate_limited_tool_is_sent_no_more_than_its_limit_and_schedules_a_wake
     flow = flow_of(boundary)
     # A start enters the window; with the window full of real starts a wake-up is due
     for n in range(2):
-        key = CanonicalKey(run_id=RUN.run_id, tool_call_id=f"r{n}")
+        key = key_of(f"r{n}")
         assert flow.started(key, "rated", 1) is not None
     status = flow.status("rated")
     assert (status.starts_in_period, status.waiting) == (2, 2)
@@ -239,7 +241,7 @@ def test_the_sweep_frees_a_slot_whose_holder_was_sealed_without_giving_it_up(
     assert boundary.submit(call("h2", "one"), RUN).accepted
     # Given the holder sealed while the store did not hear of its slot (flow not told)
     store.flow = None
-    store.seal_error(CanonicalKey(run_id=RUN.run_id, tool_call_id="h1"), ErrorCode.WORKER_LOST)
+    store.seal_error(key_of("h1"), ErrorCode.WORKER_LOST)
     store.flow = flow
     assert flow.status("one").running == 1
     # When its lease is due and the reaper sweeps
@@ -248,12 +250,7 @@ def test_the_sweep_frees_a_slot_whose_holder_was_sealed_without_giving_it_up(
     # Then the slot went to the waiting call, which was sent
     assert recorder.sent[-1] == ("h2", 1, "tools")
     assert flow.status("one").running == 1
-    assert (
-        flow.ops.state(
-            "one", ToolLimits(), CanonicalKey(run_id=RUN.run_id, tool_call_id="h2")
-        ).standing
-        is FlowStanding.HOLDS
-    )
+    assert flow.ops.state("one", ToolLimits(), key_of("h2")).standing is FlowStanding.HOLDS
 
 
 def test_the_sweep_sends_again_a_grant_whose_message_failed(
@@ -266,14 +263,14 @@ def test_the_sweep_sends_again_a_grant_whose_message_failed(
     assert boundary.submit(call("g3", "two"), RUN).accepted
     # Given a slot handed to g3 whose message could not be sent (broker down)
     recorder.fail = True
-    store.seal_error(CanonicalKey(run_id=RUN.run_id, tool_call_id="g1"), ErrorCode.CANCELLED)
+    store.seal_error(key_of("g1"), ErrorCode.CANCELLED)
     recorder.fail = False
     assert [s[0] for s in recorder.sent] == ["g1", "g2"]
     # When the reaper sweeps
     sweep_flow(store, flow, retries)
     # Then g3 is sent as a new attempt (an old message, should it arrive, is stale)
     assert recorder.sent[-1] == ("g3", 2, "long")
-    record = store.get(CanonicalKey(run_id=RUN.run_id, tool_call_id="g3"))
+    record = store.get(key_of("g3"))
     assert record is not None and record.attempt == 2
 
 
@@ -284,18 +281,16 @@ def test_the_sweep_puts_in_line_a_call_admitted_before_its_record_and_never_conf
     flow = flow_of(boundary)
     assert boundary.submit(call("s1", "one"), RUN).accepted
     # Given a submitter that died between its admission and putting the call in line
-    key = CanonicalKey(run_id=RUN.run_id, tool_call_id="s2")
+    key = key_of("s2")
     admitted = flow.admit(key, "one", ToolLimits(concurrency=1), RUN)
     assert admitted.admitted is Admitted.WAITING
-    from tests.helpers import create_terms
-
     store.create(key, **create_terms(tool_name="one"))
     store.client.zadd(keys.flow_keys("one")[7], {key.identity: 0})  # admitted long ago
     # When the reaper sweeps
     sweep_flow(store, flow, retries)
     # Then it waits in line, and is sent once the slot frees
     assert flow.ops.state("one", ToolLimits(), key).standing is FlowStanding.WAITS
-    store.seal_error(CanonicalKey(run_id=RUN.run_id, tool_call_id="s1"), ErrorCode.CANCELLED)
+    store.seal_error(key_of("s1"), ErrorCode.CANCELLED)
     assert recorder.sent[-1] == ("s2", 1, "tools")
 
 
@@ -386,7 +381,7 @@ def test_the_gauges_and_the_slot_wait_of_a_limited_tool(
         running = families["tool_boundary_calls_running"]
         assert {(s.labels["tool"], s.value) for s in running.samples} >= {("two", 2.0)}
         # When a slot frees, the next call's wait in line is recorded, labelled by its tool
-        store.seal_error(CanonicalKey(run_id=RUN.run_id, tool_call_id="m0"), ErrorCode.CANCELLED)
+        store.seal_error(key_of("m0"), ErrorCode.CANCELLED)
         waits = [v for v in sink.values if v[0] == "tool_boundary_slot_wait_seconds"]
         assert len(waits) == 1 and waits[0][2] == {"tool": "two"} and waits[0][1] >= 0
     finally:
