@@ -46,6 +46,7 @@ _NAMES = {
     "ours": ("submit", "call"),
     "bare": ("apply_async", "bare_call"),
     "defaults": ("defaults_apply_async", "defaults_call"),
+    "bare_one": ("bare_one_apply_async", "bare_one_call"),
 }
 
 
@@ -53,6 +54,7 @@ _NAMES = {
 BLOCK_RATIOS = (
     ("submit_over_apply_async_p50", "submit", "apply_async"),
     ("call_over_bare_call_p50", "call", "bare_call"),
+    ("call_over_bare_one_call_p50", "call", "bare_one_call"),
 )
 
 
@@ -100,7 +102,11 @@ def latencies(ours: Ours, peers: list[Side], samples: int, blocks: int = 1) -> d
             out[f"submit_over_defaults_apply_async_{q}"] = (
                 submit / out[f"defaults_apply_async_{q}_ms"]
             )
+        if "bare_one_call" in times:
+            out[f"call_over_bare_one_call_{q}"] = out[f"call_{q}_ms"] / out[f"bare_one_call_{q}_ms"]
     for name, mine, theirs in BLOCK_RATIOS:
+        if theirs not in times:
+            continue
         ratios = block_ratios(times[mine], times[theirs], blocks)
         out[f"{name}_pairs"] = {"ratios": ratios, **spread(ratios)}
     # What the boundary adds to the synchronous part, in PING round trips.

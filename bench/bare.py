@@ -26,6 +26,11 @@ QUEUES = (TOOLS_QUEUE, PROJECTIONS_QUEUE)
 EXECUTE = "bench_bare.execute"
 PROJECT = "bench_bare.project"
 
+#: The one-task peer (``bench.sides.BareOne``): the whole call as one task on a queue of its
+#: own, as ours runs it when it projects in line (the default).
+ONE_QUEUE = "bare_one"
+EXECUTE_ONE = "bench_bare.execute_one"
+
 
 def queue_config(
     names: tuple[str, str] = (EXECUTE, PROJECT), queues: tuple[str, str] = QUEUES
@@ -49,6 +54,10 @@ def queue_config(
 def bare_config(settings: Settings) -> dict[str, Any]:
     """Our Celery configuration with the bare queues and routes."""
     config = celery_config(settings) | queue_config()
+    config["task_queues"] += (
+        Queue(ONE_QUEUE, Exchange(ONE_QUEUE, type="direct"), routing_key=ONE_QUEUE),
+    )
+    config["task_routes"][EXECUTE_ONE] = {"queue": ONE_QUEUE, "routing_key": ONE_QUEUE}
     config.pop("beat_schedule", None)
     return config
 
@@ -92,6 +101,37 @@ def outcome_shape(tool_call_id: str) -> dict[str, Any]:
 def project(run_id: str, tool_call_id: str) -> dict[str, Any]:
     """Returns an outcome of the same shape and size as ours."""
     return outcome_shape(tool_call_id)
+
+
+@app.task(
+    name=EXECUTE_ONE,
+    acks_late=True,
+    retry_on_worker_lost=True,
+    max_retries=2,
+    default_retry_delay=0,
+)
+def execute_one(run_id: str, tool_call_id: str) -> dict[str, Any]:
+    """Our execute task's options, none of its work, and an outcome of our shape: a call
+    run and projected by one task."""
+    return outcome_shape(tool_call_id)
+
+
+def send_one(celery_app: Celery, run_id: str, tool_call_id: str) -> str:
+    """Sends the one-task call, under the id the waiter waits on (the project task's, as
+    ours is waited on), with ids-only argsrepr."""
+    ids = (run_id, tool_call_id)
+    return str(
+        celery_app.signature(
+            EXECUTE_ONE,
+            args=ids,
+            task_id=f"{run_id}:{tool_call_id}:project",
+            queue=ONE_QUEUE,
+            argsrepr=repr(ids),
+            kwargsrepr="{}",
+        )
+        .apply_async()
+        .id
+    )
 
 
 def send_chain(

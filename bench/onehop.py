@@ -1,7 +1,8 @@
-"""``python -m bench.onehop``: our worker as it is against our worker with
-``TOOL_BOUNDARY_PROJECT_IN_LINE`` on (``Settings.project_in_line``: the project step run in
-line once the execute step kept the raw response, the chained project task not sent: one
-broker hop a call instead of two). B1 in alternating pairs (calls in flight, sent then
+"""``python -m bench.onehop``: our worker sending the chained project task
+(``TOOL_BOUNDARY_PROJECT_IN_LINE=false``, "ours" in the JSON) against our worker projecting in
+line (``Settings.project_in_line``, the default: the project step run in line once the execute
+step kept the raw response, the chained project task not sent: one broker hop a call instead
+of two; "onehop" in the JSON). B1 in alternating pairs (calls in flight, sent then
 awaited; worker and client CPU per call) and sequential calls alternating (p50, p99). Uses
 DBs 3-5 of the server like ``python -m bench`` (flushed before and after, under its lock)."""
 
@@ -37,7 +38,7 @@ class OneHop(Ours):
 def compare(
     url: str, pool: Pool, calls: int, repetitions: int, samples: int, out: Path
 ) -> dict[str, Any]:
-    settings = bench_settings(url)
+    settings = bench_settings(url).model_copy(update={"project_in_line": False})
     in_line = settings.model_copy(update={"project_in_line": True})
     ours, hop = Ours(settings), OneHop(settings)
 

@@ -41,6 +41,16 @@ TARGETS: tuple[tuple[str, str, float, str], ...] = (
 )
 
 
+#: The same bounds against the one-task peer (``bench.sides.BareOne``): not the issue's, but
+#: what a call projected in line (our default) costs over bare Celery running the same call as
+#: one task, where the fair peer runs it as a two-task chain.
+ONE_TASK_TARGETS: tuple[tuple[str, str, float, str], ...] = (
+    ("b1_threads_bare_one_ratio", ">=", 0.95, "B1 throughput vs the one-task peer, threads pool"),
+    ("b1_prefork_bare_one_ratio", ">=", 0.95, "B1 throughput vs the one-task peer, prefork pool"),
+    ("b2_call_over_bare_one_call_p50", "<=", 1.1, "B2 sequential call vs the one-task peer (p50)"),
+)
+
+
 def _first(section: dict[str, Any], pool: str | None = None) -> dict[str, Any] | None:
     for entry in section.values():
         if pool is None or entry.get("pool") == pool:
@@ -62,6 +72,9 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             if "defaults_ratio" in b1:
                 out[f"b1_{kind}_defaults_ratio"] = b1["defaults_ratio"]["median"]
                 out[f"b1_{kind}_defaults_per_s"] = _median(b1["defaults_per_s"])
+            if "bare_one_ratio" in b1:
+                out[f"b1_{kind}_bare_one_ratio"] = b1["bare_one_ratio"]["median"]
+                out[f"b1_{kind}_bare_one_per_s"] = _median(b1["bare_one_per_s"])
             if "system_cpu_ratio" in b1:
                 out[f"b1_{kind}_system_cpu_ratio"] = b1["system_cpu_ratio"]["median"]
             if "inline_ratio" in b1:
@@ -70,7 +83,11 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
                 out[f"b1_{kind}_inline_per_s"] = _median(b1["inline_per_s"])
     b2 = _first(results.get("b2", {}))
     if b2 is not None:
-        for name in ("call_over_bare_call_p50", "submit_over_apply_async_p50"):
+        for name in (
+            "call_over_bare_call_p50",
+            "submit_over_apply_async_p50",
+            "call_over_bare_one_call_p50",
+        ):
             # The median of the blocks' ratios, where the run has them.
             if f"{name}_pairs" in b2:
                 out[f"b2_{name}"] = b2[f"{name}_pairs"]["median"]

@@ -43,7 +43,7 @@ from bench.fixtures import ensure_scripts
 from bench.lock import Busy, exclusive
 from bench.meta import load, machine
 from bench.report import figures, print_table, write_outputs
-from bench.sides import Bare, Defaults, Inline, Ours, Side, make_store
+from bench.sides import Bare, BareOne, Defaults, Inline, Ours, Side, make_store
 from bench.stats import quoted
 from bench.workers import WorkerProcess, running
 
@@ -90,8 +90,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     dbos_compare.add_arguments(parser)
     parser.add_argument(
         "--project-in-line",
-        action="store_true",
-        help="our workers run with TOOL_BOUNDARY_PROJECT_IN_LINE (one broker hop a call)",
+        action=argparse.BooleanOptionalAction,
+        help="our workers project in line (one broker hop a call: the default, "
+        "TOOL_BOUNDARY_PROJECT_IN_LINE) or, with --no-project-in-line, send the chained "
+        "project task (two hops); unset: the settings' default",
     )
     parser.add_argument("--pools", type=parse_pools, help="B1/B2 pools, e.g. threads:8,prefork:2")
     parser.add_argument("--calls", type=int, help="B1 calls a side per repetition")
@@ -151,14 +153,17 @@ class Bench:
         self.sizes = sizes
         self.phases = set(args.only.split(","))
         self.settings = bench_settings(args.redis_url)
-        if args.project_in_line:
-            self.settings = self.settings.model_copy(update={"project_in_line": True})
+        if args.project_in_line is not None:
+            self.settings = self.settings.model_copy(
+                update={"project_in_line": args.project_in_line}
+            )
         store = make_store(self.settings, connection_class=CountingConnection)
         self.ours = Ours(self.settings, store=store)
         self.bare = Bare(self.settings)
         self.defaults = Defaults(self.settings)
-        #: The fair peer first: B1's ``ratio`` and B2's ratios are against it.
-        self.peers: list[Side] = [self.bare, self.defaults]
+        #: The fair peer first: B1's ``ratio`` and B2's ratios are against it. The one-task
+        #: peer is the fair peer of a call projected in line (``bare_one_ratio``).
+        self.peers: list[Side] = [self.bare, self.defaults, BareOne(self.settings)]
         #: A client of the Redis server, whose CPU B1 measures (INFO cpu).
         self.server = redis.Redis.from_url(args.redis_url)
         #: B1 only: the ablation, measured as one more peer (``inline_ratio``).
@@ -259,7 +264,8 @@ class Bench:
         self.results["b1"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
         log(
             f"{pool.label}: B1 ratio {quoted(got['ratio'])} (fair peer), "
-            f"{got['defaults_ratio']['median']:.2f} (Celery defaults); others kept "
+            f"{got['defaults_ratio']['median']:.2f} (Celery defaults), "
+            f"{got['bare_one_ratio']['median']:.2f} (one-task peer); others kept "
             f"{got['others_busy']['median']:.0%} of the cores busy"
         )
 

@@ -134,8 +134,8 @@ def one_count(
 
 def _settings(args: argparse.Namespace) -> Any:
     settings = bench_settings(args.redis_url)
-    if args.project_in_line:
-        settings = settings.model_copy(update={"project_in_line": True})
+    if args.project_in_line is not None:
+        settings = settings.model_copy(update={"project_in_line": args.project_in_line})
     return settings
 
 
@@ -168,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="py-spy every worker")
     parser.add_argument(
         "--project-in-line",
-        action="store_true",
-        help="the workers run with TOOL_BOUNDARY_PROJECT_IN_LINE (one broker hop a call)",
+        action=argparse.BooleanOptionalAction,
+        help="our workers project in line (one broker hop a call: the default, "
+        "TOOL_BOUNDARY_PROJECT_IN_LINE) or, with --no-project-in-line, send the chained "
+        "project task (two hops); unset: the settings' default",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "scaling")
     parser.add_argument("--lock-wait", type=float, default=900.0)

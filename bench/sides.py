@@ -166,6 +166,18 @@ class Bare:
         self.wait(self.send(run_id, tool_call_id))
 
 
+class BareOne(Bare):
+    """The fair peer of a call projected in line (our default): the same call as one task
+    (``bench.bare.execute_one``) on our Celery settings, waited on as ours is."""
+
+    name: str = "bare_one"
+    queues: tuple[str, ...] = (bare.ONE_QUEUE,)
+
+    def send(self, run_id: str, tool_call_id: str) -> CanonicalKey:
+        bare.send_one(self.app, run_id, tool_call_id)
+        return CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
+
+
 class Defaults(Bare):
     """The same chain on Celery's default settings (``bench.defaults``)."""
 

@@ -135,8 +135,15 @@ def _project_now(key: CanonicalKey) -> None:
     # Nothing of this step is worth storing, and a stored failure would carry a traceback.
     ignore_result=True,
 )
-def execute_tool(task: Any, run_id: str, tool_call_id: str, attempt: int = 1) -> str:
+def execute_tool(
+    task: Any, run_id: str, tool_call_id: str, attempt: int = 1
+) -> str | dict[str, Any]:
     """Runs attempt ``attempt`` of the call's tool and keeps its raw response in the record.
+
+    With ``Settings.project_in_line`` (the default) it then projects and seals the call
+    too, and returns its bounded outcome (what the ``task-succeeded`` event and Flower
+    show, as the project task's would); otherwise, or when the call did not end READY
+    here, it returns the step's status name and the chained project task goes.
 
     When another attempt has the call (this message is stale, or this attempt handed the
     call to the next one), the chained project step is dropped: the current attempt's
@@ -162,23 +169,24 @@ def execute_tool(task: Any, run_id: str, tool_call_id: str, attempt: int = 1) ->
                 terms=terms,
                 timeout_errors=(SoftTimeLimitExceeded,),
             )
-        in_line = executed is ExecuteResult.STORED and runtime.settings.project_in_line
-        if executed is ExecuteResult.HANDED_ON or (
-            in_line and _projected_in_line(runtime, key, task.request)
-        ):
+        projected = None
+        if executed is ExecuteResult.STORED and runtime.settings.project_in_line:
+            projected = _projected_in_line(runtime, key, task.request)
+        if executed is ExecuteResult.HANDED_ON or projected is not None:
             # Another attempt's message carries the project step, or it ran here.
             task.request.chain = None
-        return executed.value
+        return executed.value if projected is None else projected
     except Exception as exc:
         # Only the type: the text may hold a URL or a payload.
         logger.error("execute %s failed: %s", key.identity, type(exc).__name__)
         return "FAILED"
 
 
-def _projected_in_line(runtime: Runtime, key: CanonicalKey, request: Any) -> bool:
+def _projected_in_line(runtime: Runtime, key: CanonicalKey, request: Any) -> dict[str, Any] | None:
     """Projects and seals the call on this task's thread (``Settings.project_in_line``):
-    True when it ended READY, so its chained project task need not go. An ERROR, or any
-    failure here (the store's: the project task retries it), leaves the project task to go."""
+    its bounded outcome when it ended READY, so its chained project task need not go. An
+    ERROR, or any failure here (the store's: the project task retries it), gives None and
+    leaves the project task to go."""
     try:
         with telemetry.worker_step(telemetry.PROJECT, key, request) as step:
             outcome = project_step(
@@ -191,8 +199,8 @@ def _projected_in_line(runtime: Runtime, key: CanonicalKey, request: Any) -> boo
             step.outcome(outcome)
     except Exception as exc:
         logger.error("project %s in line failed: %s", key.identity, type(exc).__name__)
-        return False
-    return outcome.error_code is None
+        return None
+    return outcome.model_dump(mode="json") if outcome.error_code is None else None
 
 
 @app.task(

@@ -71,8 +71,9 @@ class Settings(BaseSettings, LimitFields):
     #: (about half the worker's CPU a call; bench/README.md, "Issue 35"). An outcome that is
     #: an ERROR, or a projection that fails here, still sends it (monitoring lists the ERROR
     #: among failed tasks; a store failure is retried there). Off: every projection is a task
-    #: on the projections queue, which may be served by other workers.
-    project_in_line: bool = False
+    #: on the projections queue, which may be served by other workers (projectors that need
+    #: machines of their own).
+    project_in_line: bool = True
     #: Threads a worker process may start for tools and projectors: each hung one holds a
     #: thread for good, so past this many hung at once, later runs time out unstarted.
     max_tool_threads: int = Field(default=DEFAULT_MAX_TOOL_THREADS, ge=1)

@@ -1,7 +1,9 @@
 """``Settings.project_in_line`` on a real worker subprocess that consumes the tools queue
 only: a call still ends READY (projected on the execute task's thread) and sends no project
 task, which would otherwise wait forever on the unconsumed projections queue; an outcome that
-is an ERROR still sends its project task, so monitoring lists it among the failed tasks."""
+is an ERROR still sends its project task, so monitoring lists it among the failed tasks.
+With it off (``TOOL_BOUNDARY_PROJECT_IN_LINE=false``) the worker keeps the raw response and
+sends the chained project task for the projections queue's workers, READY or not."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 import redis
 from celery import Celery
 
-from boundary import ToolBoundary, ToolCallEnvelope
+from boundary import CanonicalKey, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
 from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tasks.runtime import get_runtime
@@ -30,12 +32,16 @@ CALL_TIMEOUT_S = 30.0
 
 @pytest.fixture
 def tools_only_worker(
-    redis_client: redis.Redis, celery_session_app: Celery, tmp_path: Path
+    request: pytest.FixtureRequest,
+    redis_client: redis.Redis,
+    celery_session_app: Celery,
+    tmp_path: Path,
 ) -> Iterator[tuple[ToolBoundary, redis.Redis]]:
-    """A boundary over a worker that projects in line and consumes ``tools`` only, on a
-    broker DB of its own (which the test reads)."""
+    """A boundary over a worker that consumes ``tools`` only, on a broker DB of its own
+    (which the test reads); it projects in line unless the test's parameter says False."""
+    in_line = getattr(request, "param", True)
     settings = celery_test_settings(
-        broker_url=redis_url(SUBPROCESS_BROKER_DB), project_in_line=True
+        broker_url=redis_url(SUBPROCESS_BROKER_DB), project_in_line=in_line
     )
     broker = flush_db(SUBPROCESS_BROKER_DB)
     app = create_app(settings, name="tests_in_line")
@@ -97,3 +103,26 @@ def test_an_error_projected_in_line_still_sends_its_project_task(
     assert outcome.status == "ERROR"
     assert outcome.error_code == "PROJECTION_FAILED"
     assert _waiting_projections(broker) == 1
+
+
+@pytest.mark.parametrize("tools_only_worker", [False], indirect=True)
+def test_with_in_line_projection_off_the_chained_project_task_goes(
+    tools_only_worker: tuple[ToolBoundary, redis.Redis],
+) -> None:
+    boundary, broker = tools_only_worker
+    envelope = _envelope("lookup")
+    key = CanonicalKey(run_id=envelope.run_id, tool_call_id=envelope.tool_call_id)
+
+    # When a call runs on a worker that does not project in line and serves no projections
+    # queue
+    assert boundary.submit(envelope, RUN).accepted
+
+    # Then its raw response is kept, the record waits PROJECTING for its project step, and
+    # that step's task waits on the projections queue
+    give_up = time.monotonic() + CALL_TIMEOUT_S
+    while (record := boundary.store.get(key, with_raw=True)) is None or record.raw is None:
+        assert time.monotonic() < give_up, "the tool's raw response was never kept"
+        time.sleep(0.05)
+    assert _waiting_projections(broker) == 1
+    record = boundary.store.get(key, with_raw=False)
+    assert record is not None and record.status == "PROJECTING"
