@@ -157,6 +157,7 @@ COST_SIDES = (
     ("ours", "ours"),
     ("inline", "ours, tools on the task's thread (ablation)"),
     ("bare", "fair peer"),
+    ("bare_one", "one-task peer"),
     ("defaults", "Celery defaults"),
 )
 #: Per-call figures of a B1 sample the costs table reports, with their headings.
