@@ -172,21 +172,30 @@ def execute_tool(
         projected = None
         if executed is ExecuteResult.STORED and runtime.settings.project_in_line:
             projected = _projected_in_line(runtime, key, task.request)
-        if executed is ExecuteResult.HANDED_ON or projected is not None:
+        if executed is ExecuteResult.HANDED_ON or (
+            projected is not None and projected.error_code is None
+        ):
             # Another attempt's message carries the project step, or it ran here.
             task.request.chain = None
-        return executed.value if projected is None else projected
+            if projected is not None:
+                return projected.model_dump(mode="json")
+        elif projected is not None and projected.error_code is not ErrorCode.STORE_UNAVAILABLE:
+            # Sealed ERROR: the chained project task only reports it (Flower's failed task),
+            # without projecting again (no second project span or duration sample). A store
+            # that could not say leaves it a whole project step.
+            _chained_project_reports(task.request)
+        return executed.value
     except Exception as exc:
         # Only the type: the text may hold a URL or a payload.
         logger.error("execute %s failed: %s", key.identity, type(exc).__name__)
         return "FAILED"
 
 
-def _projected_in_line(runtime: Runtime, key: CanonicalKey, request: Any) -> dict[str, Any] | None:
-    """Projects and seals the call on this task's thread (``Settings.project_in_line``):
-    its bounded outcome when it ended READY, so its chained project task need not go. An
-    ERROR, or any failure here (the store's: the project task retries it), gives None and
-    leaves the project task to go."""
+def _projected_in_line(runtime: Runtime, key: CanonicalKey, request: Any) -> ToolOutcome | None:
+    """Projects and seals the call on this task's thread (``Settings.project_in_line``) and
+    returns its outcome: READY, its chained project task need not go; ERROR, it goes to report
+    the seal. A failure here (the store's) gives None: the chained project task projects
+    again, and retries the store."""
     try:
         with telemetry.worker_step(telemetry.PROJECT, key, request) as step:
             outcome = project_step(
@@ -200,7 +209,19 @@ def _projected_in_line(runtime: Runtime, key: CanonicalKey, request: Any) -> dic
     except Exception as exc:
         logger.error("project %s in line failed: %s", key.identity, type(exc).__name__)
         return None
-    return outcome.model_dump(mode="json") if outcome.error_code is None else None
+    return outcome
+
+
+def _chained_project_reports(request: Any) -> None:
+    """The project step chained to this execute message only reports the call's sealed
+    outcome (``project_result(report=True)``)."""
+    chain = request.chain
+    if not chain:
+        return
+    step = chain[-1]
+    kwargs = {**(step.get("kwargs") or {}), "report": True}
+    step["kwargs"] = kwargs
+    step.setdefault("options", {})["kwargsrepr"] = repr(kwargs)
 
 
 @app.task(

@@ -7,6 +7,8 @@ sends the chained project task for the projections queue's workers, READY or not
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -99,10 +101,20 @@ def test_an_error_projected_in_line_still_sends_its_project_task(
     outcome = boundary.invoke(_envelope("bad_projector"), RUN, timeout=CALL_TIMEOUT_S)
 
     # Then the call is sealed ERROR in line, and its project task still went out (for
-    # monitoring: it reports the sealed ERROR as a failed task)
+    # monitoring: it reports the sealed ERROR as a failed task), to report the seal only,
+    # not to project the call again
     assert outcome.status == "ERROR"
     assert outcome.error_code == "PROJECTION_FAILED"
     assert _waiting_projections(broker) == 1
+    (message,) = [
+        json.loads(raw)
+        for name in broker.scan_iter(f"{PROJECTIONS_QUEUE}*")
+        for raw in broker.lrange(name, 0, -1)
+    ]
+    assert message["headers"]["task"] == "tool_boundary.project"
+    assert message["headers"]["kwargsrepr"] == "{'report': True}"
+    _args, kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+    assert kwargs == {"report": True}
 
 
 @pytest.mark.parametrize("tools_only_worker", [False], indirect=True)

@@ -171,7 +171,7 @@ def test_a_refused_call_is_traced_with_its_code(
 
 
 def test_no_span_holds_arguments_raw_responses_exception_text_or_urls(
-    celery_boundary: ToolBoundary, spans: otel.InMemorySpanExporter, celery_settings: Settings
+    celery_boundary: ToolBoundary, spans: otel.InMemorySpanExporter
 ) -> None:
     # Given secrets planted in arguments, a raw response, a tool's and a projector's
     # exception text, and a broker URL's password
@@ -211,15 +211,7 @@ def test_no_span_holds_arguments_raw_responses_exception_text_or_urls(
     )
     assert unstored.outcome is not None
     assert unstored.outcome.error_code is ErrorCode.STORE_UNAVAILABLE
-    # (a projector that fails in line is projected in line, then its project task goes and
-    # reports the sealed ERROR: two project spans)
-    failed_projection = 4 if celery_settings.project_in_line else 3
-    for call_id, count in (
-        ("leak-1", 3),
-        ("leak-2", 3),
-        ("leak-3", failed_projection),
-        ("leak-4", 3),
-    ):
+    for call_id, count in (("leak-1", 3), ("leak-2", 3), ("leak-3", 3), ("leak-4", 3)):
         assert len(spans_of(spans, call_id, count)) == count
 
     # Then no span name, attribute, event, link or status holds any of it
