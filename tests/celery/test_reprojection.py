@@ -1,6 +1,8 @@
 """A worker killed after the raw response was kept but before the record was sealed: the
-reaper projects the kept response again instead of sealing WORKER_LOST; and a project step
-whose store fails under it is sent again instead of waiting for the reaper."""
+reaper projects the kept response again instead of sealing WORKER_LOST (a chained project
+task, ``PROJECT_IN_LINE=false``), or the execute task's own retry after the worker loss
+projects it (in line, the default); and a project step whose store fails under it is sent
+again instead of waiting for the reaper."""
 
 from __future__ import annotations
 
@@ -29,10 +31,16 @@ from tests.servers import redis_server
 
 @pytest.fixture
 def isolated(
-    redis_client: redis.Redis, celery_session_app: Celery
+    request: pytest.FixtureRequest, redis_client: redis.Redis, celery_session_app: Celery
 ) -> Iterator[tuple[Settings, Celery, ToolBoundary]]:
+    """A boundary over a worker subprocess on a broker DB of its own; its workers send the
+    chained project task (the reaper's re-projection is what these tests watch) unless the
+    test's parameter says True."""
     settings = celery_test_settings(
-        broker_url=redis_url(SUBPROCESS_BROKER_DB), max_pending_s=1, reap_grace_s=0.5
+        broker_url=redis_url(SUBPROCESS_BROKER_DB),
+        max_pending_s=1,
+        reap_grace_s=0.5,
+        project_in_line=getattr(request, "param", False),
     )
     broker = flush_db(SUBPROCESS_BROKER_DB)
     app = create_app(settings, name="tests_reproject")
@@ -91,6 +99,35 @@ def test_a_worker_lost_between_raw_and_seal_is_projected_again_and_ends_ready(
     assert sealed.raw == record.raw
     assert reprojected == 1
     print(f"kill between raw and seal: READY {settled:.2f}s after the kill")
+
+
+@pytest.mark.parametrize("isolated", [True], indirect=True)
+def test_in_line_a_worker_lost_between_raw_and_seal_is_projected_by_the_execute_retry(
+    isolated: tuple[Settings, Celery, ToolBoundary], tmp_path: Path
+) -> None:
+    settings, _app, boundary = isolated
+    store = get_runtime().store
+    key = CanonicalKey(run_id=RUN.run_id, tool_call_id="c-in-line")
+    marker = tmp_path / "died"
+    with celery_process(
+        settings, *worker_args("reproj-il", pool="prefork", concurrency=1), log=tmp_path / "w.log"
+    ):
+        # Given a call projected in line whose process is killed once the raw response is
+        # kept (its projector kills it, once)
+        call = Call(
+            run_id=RUN.run_id,
+            tool_call_id="c-in-line",
+            tool_name="dies_projecting",
+            arguments={"query": "x", "marker": str(marker)},
+        )
+        assert boundary.submit(call, RUN).accepted
+        # When no reaper passes: the execute task is sent again after the worker loss
+        outcome = boundary.outcome(RUN.run_id, "c-in-line", timeout=60)
+    # Then its second run finds the raw response kept, projects it in line: READY
+    assert marker.exists()
+    assert outcome.status is InvocationStatus.READY, outcome
+    sealed = store.get(key)
+    assert sealed is not None and sealed.raw is not None
 
 
 def test_requeue_is_bounded_and_only_for_kept_raw_responses(redis_client: redis.Redis) -> None:
