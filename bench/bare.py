@@ -72,14 +72,17 @@ def create_bare_app(settings: Settings) -> Celery:
 app = create_bare_app(Settings())
 
 
-@app.task(
-    name=EXECUTE,
-    acks_late=True,
-    retry_on_worker_lost=True,
-    max_retries=2,
-    default_retry_delay=0,
-    ignore_result=True,
-)
+#: Our execute task's options (``tasks.calls.execute_tool``), shared by the peers' tasks that
+#: run a tool.
+EXECUTE_OPTIONS: dict[str, Any] = {
+    "acks_late": True,
+    "retry_on_worker_lost": True,
+    "max_retries": 2,
+    "default_retry_delay": 0,
+}
+
+
+@app.task(name=EXECUTE, ignore_result=True, **EXECUTE_OPTIONS)
 def execute(run_id: str, tool_call_id: str) -> str:
     """Our execute task's options, none of its work."""
     return "STORED"
@@ -103,13 +106,7 @@ def project(run_id: str, tool_call_id: str) -> dict[str, Any]:
     return outcome_shape(tool_call_id)
 
 
-@app.task(
-    name=EXECUTE_ONE,
-    acks_late=True,
-    retry_on_worker_lost=True,
-    max_retries=2,
-    default_retry_delay=0,
-)
+@app.task(name=EXECUTE_ONE, **EXECUTE_OPTIONS)
 def execute_one(run_id: str, tool_call_id: str) -> dict[str, Any]:
     """Our execute task's options, none of its work, and an outcome of our shape: a call
     run and projected by one task."""

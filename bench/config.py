@@ -3,6 +3,7 @@ measurement (full and ``--quick``)."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit, urlunsplit
 
@@ -28,14 +29,30 @@ def db_url(server_url: str, db: int) -> str:
 INLINE_QUEUES = ("inline_tools", "inline_projections")
 
 
-def bench_settings(server_url: str) -> Settings:
-    """Our settings for the benchmark: the store, broker and backend on the bench's DBs."""
-    return Settings(
+def bench_settings(server_url: str, *, project_in_line: bool | None = None) -> Settings:
+    """Our settings for the benchmark: the store, broker and backend on the bench's DBs;
+    ``project_in_line`` overrides the setting's default when given."""
+    settings = Settings(
         redis_url=db_url(server_url, STORE_DB),
         broker_url=db_url(server_url, BROKER_DB),
         result_backend=db_url(server_url, BACKEND_DB),
         tools="bench.tools:registry",
         ttl_s=TTL_S,
+    )
+    if project_in_line is not None:
+        settings = settings.model_copy(update={"project_in_line": project_in_line})
+    return settings
+
+
+def add_projection_argument(parser: argparse.ArgumentParser) -> None:
+    """``--project-in-line`` / ``--no-project-in-line`` (``args.project_in_line``, ``None``
+    when neither is given), for ``bench_settings``."""
+    parser.add_argument(
+        "--project-in-line",
+        action=argparse.BooleanOptionalAction,
+        help="our workers project in line (one broker hop a call: the default, "
+        "TOOL_BOUNDARY_PROJECT_IN_LINE) or, with --no-project-in-line, send the chained "
+        "project task (two hops); unset: the settings' default",
     )
 
 

@@ -38,8 +38,8 @@ class OneHop(Ours):
 def compare(
     url: str, pool: Pool, calls: int, repetitions: int, samples: int, out: Path
 ) -> dict[str, Any]:
-    settings = bench_settings(url).model_copy(update={"project_in_line": False})
-    in_line = settings.model_copy(update={"project_in_line": True})
+    settings = bench_settings(url, project_in_line=False)
+    in_line = bench_settings(url, project_in_line=True)
     ours, hop = Ours(settings), OneHop(settings)
 
     def start(side: Ours) -> WorkerProcess:

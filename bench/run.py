@@ -34,6 +34,7 @@ from bench.config import (
     QUICK,
     Pool,
     Sizes,
+    add_projection_argument,
     bench_settings,
     db_url,
     parse_pools,
@@ -88,13 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "time limit; bench.inline): what the time limits' thread hand-offs cost",
     )
     dbos_compare.add_arguments(parser)
-    parser.add_argument(
-        "--project-in-line",
-        action=argparse.BooleanOptionalAction,
-        help="our workers project in line (one broker hop a call: the default, "
-        "TOOL_BOUNDARY_PROJECT_IN_LINE) or, with --no-project-in-line, send the chained "
-        "project task (two hops); unset: the settings' default",
-    )
+    add_projection_argument(parser)
     parser.add_argument("--pools", type=parse_pools, help="B1/B2 pools, e.g. threads:8,prefork:2")
     parser.add_argument("--calls", type=int, help="B1 calls a side per repetition")
     parser.add_argument("--repetitions", type=int, help="B1 repetitions per pool")
@@ -152,11 +147,7 @@ class Bench:
         self.args = args
         self.sizes = sizes
         self.phases = set(args.only.split(","))
-        self.settings = bench_settings(args.redis_url)
-        if args.project_in_line is not None:
-            self.settings = self.settings.model_copy(
-                update={"project_in_line": args.project_in_line}
-            )
+        self.settings = bench_settings(args.redis_url, project_in_line=args.project_in_line)
         store = make_store(self.settings, connection_class=CountingConnection)
         self.ours = Ours(self.settings, store=store)
         self.bare = Bare(self.settings)

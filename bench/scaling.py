@@ -28,7 +28,7 @@ from typing import Any
 import redis
 
 from bench.b1_throughput import warm_up
-from bench.config import DEFAULT_REDIS_URL, Pool, bench_settings
+from bench.config import DEFAULT_REDIS_URL, Pool, add_projection_argument, bench_settings
 from bench.cpu import group_cpu_s, own_cpu_s, server_cpu_s
 from bench.lock import exclusive
 from bench.meta import commit, load
@@ -133,10 +133,7 @@ def one_count(
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    settings = bench_settings(args.redis_url)
-    if args.project_in_line is not None:
-        settings = settings.model_copy(update={"project_in_line": args.project_in_line})
-    return settings
+    return bench_settings(args.redis_url, project_in_line=args.project_in_line)
 
 
 def summarize(counts: dict[int, list[dict[str, float]]]) -> list[dict[str, Any]]:
@@ -166,13 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds over the counts")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--profile", action="store_true", help="py-spy every worker")
-    parser.add_argument(
-        "--project-in-line",
-        action=argparse.BooleanOptionalAction,
-        help="our workers project in line (one broker hop a call: the default, "
-        "TOOL_BOUNDARY_PROJECT_IN_LINE) or, with --no-project-in-line, send the chained "
-        "project task (two hops); unset: the settings' default",
-    )
+    add_projection_argument(parser)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "scaling")
     parser.add_argument("--lock-wait", type=float, default=900.0)
     args = parser.parse_args(argv)

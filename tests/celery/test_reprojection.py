@@ -58,6 +58,18 @@ def _sender(app: Celery):  # type: ignore[no-untyped-def]
     return send
 
 
+def _submit_dying_projection(boundary: ToolBoundary, tool_call_id: str, marker: Path) -> None:
+    """Submits a call whose projector kills its worker process once (``marker`` then exists)
+    after the raw response was kept."""
+    call = Call(
+        run_id=RUN.run_id,
+        tool_call_id=tool_call_id,
+        tool_name="dies_projecting",
+        arguments={"query": "x", "marker": str(marker)},
+    )
+    assert boundary.submit(call, RUN).accepted
+
+
 def test_a_worker_lost_between_raw_and_seal_is_projected_again_and_ends_ready(
     isolated: tuple[Settings, Celery, ToolBoundary], tmp_path: Path
 ) -> None:
@@ -69,13 +81,7 @@ def test_a_worker_lost_between_raw_and_seal_is_projected_again_and_ends_ready(
         settings, *worker_args("reproj", pool="prefork", concurrency=1), log=tmp_path / "w.log"
     ):
         # Given a call whose projector's process is killed once the raw response is kept
-        call = Call(
-            run_id=RUN.run_id,
-            tool_call_id="c1",
-            tool_name="dies_projecting",
-            arguments={"query": "x", "marker": str(marker)},
-        )
-        assert boundary.submit(call, RUN).accepted
+        _submit_dying_projection(boundary, "c1", marker)
         give_up = time.monotonic() + 30
         while not marker.exists():
             assert time.monotonic() < give_up
@@ -114,13 +120,7 @@ def test_in_line_a_worker_lost_between_raw_and_seal_is_projected_by_the_execute_
     ):
         # Given a call projected in line whose process is killed once the raw response is
         # kept (its projector kills it, once)
-        call = Call(
-            run_id=RUN.run_id,
-            tool_call_id="c-in-line",
-            tool_name="dies_projecting",
-            arguments={"query": "x", "marker": str(marker)},
-        )
-        assert boundary.submit(call, RUN).accepted
+        _submit_dying_projection(boundary, "c-in-line", marker)
         # When no reaper passes: the execute task is sent again after the worker loss
         outcome = boundary.outcome(RUN.run_id, "c-in-line", timeout=60)
     # Then its second run finds the raw response kept, projects it in line: READY
