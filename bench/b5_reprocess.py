@@ -1,4 +1,4 @@
-"""B5: batch reprocessing of many sealed runs through a real worker (``tasks.runs``)."""
+"""B5: batch reprocessing of many sealed runs through a real worker (``tasks.worker.runs``)."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def write_runs(
 def reprocess(
     celery_app: Celery, ids: list[str], calls_per_run: int, write_s: float
 ) -> Reprocessed:
-    """Reprocesses ``ids`` with ``tasks.runs.reproject`` and checks every line."""
-    from tasks.runs import reproject
+    """Reprocesses ``ids`` with ``tasks.worker.runs.reproject`` and checks every line."""
+    from tasks.worker.runs import reproject
 
     facts = failed = 0
     began = time.perf_counter()

@@ -1,7 +1,7 @@
 """Bare Celery: the same two-step chain as ours (execute on one queue, project on another)
 with no-op tasks and nothing of the boundary: no preflight, no store, no projection.
 
-The app takes our Celery configuration unchanged (``tasks.app.celery_config``: serializer,
+The app takes our Celery configuration unchanged (``tasks.wiring.app.celery_config``: serializer,
 acks_late, prefetch, events, track-started, result expiry, broker and backend URLs), so the
 only difference the benchmark sees is the boundary's own work. Its queues have their own
 names so both workers can stay up on one broker DB and the two sides can be measured in
@@ -15,8 +15,8 @@ from typing import Any
 from celery import Celery
 from kombu.entity import Exchange, Queue
 
-from tasks.app import celery_config
 from tasks.settings import Settings
+from tasks.wiring.app import celery_config
 
 #: The bare worker's queues, in the roles of ours ("tools", "projections").
 TOOLS_QUEUE = "bare_tools"
@@ -72,7 +72,7 @@ def create_bare_app(settings: Settings) -> Celery:
 app = create_bare_app(Settings())
 
 
-#: Our execute task's options (``tasks.calls.execute_tool``), shared by the peers' tasks that
+#: Our execute task's options (``tasks.worker.calls.execute_tool``), shared by the peers' tasks that
 #: run a tool.
 EXECUTE_OPTIONS: dict[str, Any] = {
     "acks_late": True,

@@ -296,7 +296,7 @@ def task_message(server_url: str) -> bytes:
     """A task message of ours as the broker holds it (the execute step's, from a real
     dispatch to a scratch queue), the payload ``--modes full`` pushes."""
     from bench.config import bench_settings
-    from tasks.app import create_app
+    from tasks.wiring.app import create_app
 
     app = create_app(bench_settings(server_url), name="bench_ceiling")
     queue = f"ceiling_probe_{secrets.token_hex(4)}"

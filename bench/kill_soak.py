@@ -43,7 +43,7 @@ from boundary import (
 )
 from boundary.store import keys
 from tasks import CeleryDispatcher
-from tasks.app import create_app
+from tasks.wiring.app import create_app
 
 TOOL = "soak"
 

@@ -48,8 +48,8 @@ from boundary import (
 )
 from boundary.store import WriteStatus
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
 
 #: Iterations of the tight loop (the issue's figure: 1,000 heartbeats per call).
 BEATS = 1000

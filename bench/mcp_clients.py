@@ -48,8 +48,8 @@ from bench.mcp_server import ROOT, HttpServer, free_port, server_command
 from bench.mcp_tools import BEAT, SLEEP
 from bench.workers import WorkerProcess, running, settings_env
 from boundary import CanonicalKey, RedisCanonicalStore, RunContext
-from tasks.app import create_app
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
+from tasks.wiring.app import create_app
 
 RUN_ID = "bench-mcp-clients"
 PARTS = ("keepalive", "task", "cancel", "restart")

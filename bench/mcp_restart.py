@@ -40,9 +40,9 @@ from bench.mcp_server import HttpServer, free_port
 from bench.mcp_tools import SLEEP
 from bench.workers import WorkerProcess, running, settings_env
 from boundary import CanonicalKey, RedisCanonicalStore, RunContext
-from tasks.app import create_app
 from tasks.mcp_server.client import DetailedTask, TaskHandle, TasksExtension, get_task
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
+from tasks.wiring.app import create_app
 
 RUN_ID = "bench-mcp"
 #: tasks/get's answer for an unknown task.

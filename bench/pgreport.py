@@ -39,8 +39,8 @@ from boundary import (
 from examples import pgreport
 from examples.pgreport_demo import create_demo_table
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
 from tests import pg_tools
 
 ROOT = Path(__file__).resolve().parents[1]

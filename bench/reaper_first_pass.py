@@ -6,7 +6,7 @@
 Writes ``--records`` sealed calls (runs of 10, a 256-byte raw response each) and 1,000
 PROJECTING calls past their reap time (100 runs of 10) through the store's own scripts
 (``bench.fixtures``, as B6 at scale), then times on one thread: the reaper's search
-(``store.due_pending``), a whole ``tasks.reaper.reap_once`` pass (the search again, then each
+(``store.due_pending``), a whole ``boundary.reaper.reap_once`` pass (the search again, then each
 due call decided and sealed WORKER_LOST: two round trips per call), and the next pass. Prints
 one JSON line. The DB must be empty (it is refused otherwise) and is flushed afterwards.
 About 1.5 GB of Redis memory per million records.
@@ -23,8 +23,8 @@ from typing import Any
 from bench.b6_scale import keys_of_runs
 from bench.fixtures import write_pending, write_sealed
 from boundary import RedisCanonicalStore
+from boundary.reaper import reap_once
 from boundary.store import keys
-from tasks.reaper import reap_once
 
 #: Runs of 10 PROJECTING calls each: 1,000 calls due.
 PENDING_RUNS = 100

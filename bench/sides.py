@@ -24,9 +24,9 @@ from boundary import (
     ToolOutcome,
 )
 from boundary.core import DEFAULT_POLL_S
-from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
-from tasks.dispatcher import CeleryDispatcher
 from tasks.settings import Settings
+from tasks.wiring.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
+from tasks.wiring.dispatcher import CeleryDispatcher
 
 #: Calls per run, as an agent run makes them (the shape B5 reprocesses too).
 CALLS_PER_RUN = 10

@@ -5,7 +5,7 @@ other on one thread against a real Redis (the benchmark's store DB by default, u
 lock; every key it writes is deleted afterwards, nothing is flushed), once with
 the tool and projector handed to tool threads (the time limit as prefork and solo workers
 keep it), once run on the calling thread under the watchdog (as the threads pool runs them,
-``tasks.pool``), and once on the calling thread with no limit at all (as the ablation worker,
+``tasks.worker.pool``), and once on the calling thread with no limit at all (as the ablation worker,
 ``bench.inline``, runs them), interleaved round by round. Per call: the process's CPU (all
 threads) and wall time, medians over the rounds. The store's three round trips are included;
 the Redis server's own time is not.

@@ -1,12 +1,12 @@
 """Time limits for tools and projectors: a hand-off to a tool thread (every Celery pool), or
 an in-line run on a pool thread the pool can replace, under the process's watchdog.
 
-In line (a worker's threads pool, ``tasks.pool``): the tool runs on the task's own thread; one
-watchdog thread per process holds each run's deadline. At a run's deadline the watchdog calls
-the run's ``on_overdue`` (on a thread of its own: it writes to the store) -- the execute step
-seals the call TOOL_TIMEOUT there, on time, while the tool may still run -- and asks the
-thread's host (the pool) to run one more thread in its place, so a hung tool costs a thread
-but not a worker slot. When the overdue run comes back, its thread retires. At most
+In line (a worker's threads pool, ``tasks.worker.pool``): the tool runs on the task's own
+thread; one watchdog thread per process holds each run's deadline. At a run's deadline the
+watchdog calls the run's ``on_overdue`` (on a thread of its own: it writes to the store) -- the
+execute step seals the call TOOL_TIMEOUT there, on time, while the tool may still run -- and
+asks the thread's host (the pool) to run one more thread in its place, so a hung tool costs a
+thread but not a worker slot. When the overdue run comes back, its thread retires. At most
 ``max_threads`` runs may be overdue at once (the bound the tool threads have): past it a run
 does not start (``ToolThreadsExhausted``) and the process is asked to stop taking work.
 """
@@ -50,7 +50,7 @@ class ToolOverdue(ToolTimeout):
 
 
 class InlineHost(Protocol):
-    """The pool that owns a thread allowed to run tools in line (``tasks.pool``)."""
+    """The pool that owns a thread allowed to run tools in line (``tasks.worker.pool``)."""
 
     def replace(self) -> None:
         """The run on this thread is overdue: start one more thread in its place (called

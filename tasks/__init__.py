@@ -17,17 +17,17 @@ if os.path.basename(sys.argv[0]) == "tool-boundary":
     # The console script: Ctrl-C while its modules load (over a second on a loaded machine;
     # 22 of 40 Ctrl-C 0.8-2.5 s after start came then) ends with the same one line as later,
     # not a KeyboardInterrupt traceback. Nothing is started yet: leaving at once loses
-    # nothing. ``tasks.cli.main`` installs the commands' handler.
+    # nothing. ``tasks.cli.main.main`` installs the commands' handler.
     signal.signal(signal.SIGINT, _interrupted_while_loading)
 
-from tasks.app import app, configure  # noqa: E402
-from tasks.calls import execute_tool, project_result, reap_stuck_calls  # noqa: E402
-from tasks.dispatcher import CeleryDispatcher  # noqa: E402
-from tasks.metrics_endpoint import MetricsEndpoint as MetricsEndpoint  # noqa: E402
-from tasks.runs import project_run as project_run  # noqa: E402
-from tasks.runs import project_runs as project_runs  # noqa: E402
 from tasks.runtime import exit_on_invalid_settings  # noqa: E402
-from tasks.trace_logs import TraceIds as TraceIds  # noqa: E402
+from tasks.wiring.app import app, configure  # noqa: E402
+from tasks.wiring.dispatcher import CeleryDispatcher  # noqa: E402
+from tasks.worker.calls import execute_tool, project_result, reap_stuck_calls  # noqa: E402
+from tasks.worker.metrics_endpoint import MetricsEndpoint as MetricsEndpoint  # noqa: E402
+from tasks.worker.runs import project_run as project_run  # noqa: E402
+from tasks.worker.runs import project_runs as project_runs  # noqa: E402
+from tasks.worker.trace_logs import TraceIds as TraceIds  # noqa: E402
 
 if "celery.bin.celery" in sys.modules:
     # Loaded by the ``celery`` command (worker, beat, flower): a bad setting ends it here, as

@@ -26,9 +26,9 @@ from boundary import (
     ToolRegistry,
 )
 from tasks import CeleryDispatcher, configure
-from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tasks.wiring.app import PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tests import xdist_worker
 
 # Before SUITE is built: an xdist worker's own ports and Redis (tests/xdist_worker.py).

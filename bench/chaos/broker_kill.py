@@ -32,8 +32,8 @@ from boundary import (
     ToolCallEnvelope,
 )
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
 
 CALLS = 6
 TOOL_S = 1.5

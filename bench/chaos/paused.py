@@ -34,8 +34,8 @@ from boundary import (
 )
 from boundary.call_context import CallScope
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
 
 #: Seconds after the pause starts before the call is made: past the memory reading's interval.
 SETTLE_S = 1.2

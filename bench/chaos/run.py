@@ -18,8 +18,8 @@ from bench.chaos.servers import PortRange
 from bench.chaos.tools import registry
 from boundary import ToolBoundary
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.runtime import store_from_settings
+from tasks.wiring.app import create_app
 
 #: Seconds the system gets to settle after the last fault: above the reaper's reach
 #: (``MAX_PENDING_S`` 20 s, the longest tool's limit) and the visibility timeout (60 s).

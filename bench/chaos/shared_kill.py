@@ -29,8 +29,8 @@ from bench.chaos.tools import SLEEP, registry
 from bench.workers import ROOT, settings_env
 from boundary import RedisCanonicalStore, RunContext, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
 
 #: Seconds of load before the kill, of downtime, and of load after the restart.
 BEFORE_S, DOWN_S, AFTER_S = 5.0, 5.0, 5.0

@@ -6,7 +6,7 @@ The hosts are the Sentinels (port 26379 when left out), ``<service>`` the master
 their configuration (``sentinel monitor <service> ...``), ``<db>`` the database (0). The
 password is the master's (``requirepass``); Sentinels without a password are assumed. The
 store connects through redis-py's ``Sentinel.master_for``, which asks the Sentinels for the
-master on each new connection, so it follows a failover; ``tasks.sentinel`` translates the
+master on each new connection, so it follows a failover; ``tasks.wiring.sentinel`` translates the
 same URL into kombu's and Celery's own forms for the broker and the backend.
 """
 

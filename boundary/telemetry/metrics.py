@@ -1,5 +1,5 @@
 """Recording the metrics: the OpenTelemetry metrics API (a no-op without an SDK), plus any
-sink a process adds (the worker's Prometheus endpoint, ``tasks.metrics_endpoint``)."""
+sink a process adds (the worker's Prometheus endpoint, ``tasks.worker.metrics_endpoint``)."""
 
 from __future__ import annotations
 

@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from boundary import RunContext, ToolBoundary
-from tasks.app import configure
-from tasks.demo import embedded_redis, worker_thread
-from tasks.dispatcher import CeleryDispatcher
+from tasks.demo.script import embedded_redis, worker_thread
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tasks.wiring.app import configure
+from tasks.wiring.dispatcher import CeleryDispatcher
 
 T = TypeVar("T")
 

@@ -11,11 +11,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from boundary import ConfigurationError, ToolBoundary
-from tasks.dispatcher import CeleryDispatcher
 from tasks.mcp_server.http import MCP_PATH, run_http
 from tasks.mcp_server.server import build_server
 from tasks.mcp_server.settings import MCPSettings, is_loopback
 from tasks.runtime import get_runtime
+from tasks.wiring.dispatcher import CeleryDispatcher
 
 if TYPE_CHECKING:
     from tasks.mcp_server.oauth.config import OAuthConfig
@@ -44,7 +44,7 @@ def check_binding(host: str, settings: MCPSettings) -> str | None:
 def make_server(
     run_id: str | None, settings: MCPSettings, *, list_tasks: bool = True, oauth: bool = False
 ) -> tuple[ToolBoundary, Server[object]]:
-    from tasks.app import app
+    from tasks.wiring.app import app
 
     boundary = get_runtime().boundary(CeleryDispatcher(app))
     return boundary, build_server(

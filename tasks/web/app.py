@@ -26,8 +26,8 @@ from boundary import StoreError, ToolOutcome
 from boundary.flow import Flow
 from boundary.models import is_safe_id
 from boundary.store.base import CanonicalStore
-from tasks.commands.common import printable
-from tasks.web import views
+from tasks.cli.common import printable
+from tasks.web import pages
 from tasks.web.auth import Csrf, TokenGuard
 from tasks.web.feed import RunFeeds, TooManyStreams
 
@@ -81,7 +81,7 @@ class WebView:
         self.store_label = store_label
         self.csrf = Csrf()
         self.templates = _templates()
-        self.feeds = RunFeeds(lambda run_id: views.live_rows(store, run_id))
+        self.feeds = RunFeeds(lambda run_id: pages.live_rows(store, run_id))
 
     def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = self.templates.get_template(name).render(
@@ -100,15 +100,15 @@ class WebView:
     async def runs(self, request: Request) -> Response:
         status = request.query_params.get("status") or None
         tool = (request.query_params.get("tool") or "").strip() or None
-        if status not in (None, *views.STATUS_FILTERS):
+        if status not in (None, *pages.STATUS_FILTERS):
             status = None
-        query = views.RunsQuery(status=status, tool=tool)
-        page = await self.read(lambda: views.runs_page(self.store, query))
-        return self.page("runs.html", title="Runs", statuses=views.STATUS_FILTERS, **page)
+        query = pages.RunsQuery(status=status, tool=tool)
+        page = await self.read(lambda: pages.runs_page(self.store, query))
+        return self.page("runs.html", title="Runs", statuses=pages.STATUS_FILTERS, **page)
 
     async def run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        page = await self.read(lambda: views.run_page(self.store, run_id))
+        page = await self.read(lambda: pages.run_page(self.store, run_id))
         if page is None:
             return self.problem(404, "No such run", "No live run has this id (RECORD_NOT_FOUND).")
         return self.page("run.html", title=f"Run {run_id}", **page)
@@ -116,7 +116,7 @@ class WebView:
     async def call(self, request: Request) -> Response:
         run_id, call_id = request.path_params["run_id"], request.path_params["tool_call_id"]
         page = await self.read(
-            lambda: views.call_page(self.store, run_id, call_id, show_raw=self.show_raw)
+            lambda: pages.call_page(self.store, run_id, call_id, show_raw=self.show_raw)
         )
         if page is None:
             return self.problem(
@@ -126,7 +126,7 @@ class WebView:
 
     async def limits(self, request: Request) -> Response:
         flow = self.flow
-        page = await self.read(lambda: views.limits_page(flow))
+        page = await self.read(lambda: pages.limits_page(flow))
         return self.page("limits.html", title="Limits", **page)
 
     async def cancel(self, request: Request) -> Response:

@@ -40,8 +40,8 @@ def web_token(host: str) -> str | None:
 
 def build_app(settings: Settings, *, show_raw: bool, token: str | None) -> ASGIApp:
     """The web view over the settings' store; cancels go through the settings' broker."""
-    from tasks.app import create_app as create_celery_app
-    from tasks.dispatcher import CeleryDispatcher
+    from tasks.wiring.app import create_app as create_celery_app
+    from tasks.wiring.dispatcher import CeleryDispatcher
 
     store = store_from_settings(settings)
     # The tools' registry, for their declared limits: a cancel of a limited tool's call gives

@@ -18,7 +18,7 @@ ADAPTERS = ("openai", "anthropic", "langchain", "pydantic_ai", "agents")
 def test_the_core_tasks_and_every_adapter_import_no_sdk() -> None:
     modules = ", ".join(f"boundary.adapters.{name}" for name in ADAPTERS)
     code = (
-        f"import sys, boundary, projectors, tasks, tasks.cli, boundary.adapters, {modules}\n"
+        f"import sys, boundary, projectors, tasks, tasks.cli.main, boundary.adapters, {modules}\n"
         f"print(sorted(m for m in {SDKS!r} if m in sys.modules))"
     )
     done = subprocess.run(

@@ -14,8 +14,8 @@ from celery import Celery
 
 from boundary import RunContext, ToolBoundary
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.runtime import get_runtime
+from tasks.wiring.app import create_app
 from tests import celery_tools
 from tests.celery.workers import celery_process, worker_args
 from tests.celery_tools import registry

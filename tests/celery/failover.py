@@ -23,9 +23,9 @@ from boundary import (
     ToolOutcome,
 )
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
 from tests.celery.workers import celery_process, worker_args
 
 #: Each call's tool run, seconds.

@@ -42,8 +42,8 @@ from boundary import (
 from boundary.store import keys
 from boundary.store.aio import NOTIFY_CLIENT_NAME
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.runtime import get_runtime
+from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url

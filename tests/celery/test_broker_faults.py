@@ -14,9 +14,9 @@ from celery import Celery
 
 from boundary import ErrorCode, InvocationStatus, Submission, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings

@@ -19,8 +19,8 @@ from celery import Celery
 
 from boundary import InvocationStatus, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.runtime import get_runtime
+from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import ROOT, settings_env
 from tests.conftest import celery_test_settings

@@ -1,6 +1,6 @@
 """A threads-pool worker whose Redis broker is full (``maxmemory``, noeviction) while it runs a
 call: kombu's ack is refused ("OOM command not allowed", a reply error Celery does not treat
-as a lost connection) and, without ``tasks.broker_transport``, the worker exits with
+as a lost connection) and, without ``tasks.wiring.broker_transport``, the worker exits with
 "Unrecoverable error". Here it keeps running, and the call ends READY once the broker has room.
 """
 
@@ -14,10 +14,10 @@ import redis
 from celery import Celery
 
 from boundary import InvocationStatus, ToolBoundary, ToolCallEnvelope
+from boundary.reaper import reap_once
 from tasks import CeleryDispatcher
-from tasks.app import PROJECT, PROJECTIONS_QUEUE, create_app
-from tasks.reaper import reap_once
 from tasks.runtime import get_runtime
+from tasks.wiring.app import PROJECT, PROJECTIONS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings

@@ -26,9 +26,9 @@ from boundary import (
 )
 from boundary.store import keys
 from tasks import CeleryDispatcher
-from tasks.app import create_app
-from tasks.failures import ToolCallFailed
 from tasks.runtime import get_runtime
+from tasks.wiring.app import create_app
+from tasks.wiring.failures import ToolCallFailed
 from tests.celery.conftest import RUN as BASE_RUN
 from tests.celery.conftest import Stack
 from tests.conftest import celery_test_settings

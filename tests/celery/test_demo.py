@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from boundary import CanonicalKey, InvocationStatus
-from tasks.demo import SCRIPT
+from tasks.demo.script import SCRIPT
 from tasks.runtime import get_runtime
 from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url

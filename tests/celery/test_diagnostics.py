@@ -27,7 +27,7 @@ from boundary import (
 )
 from boundary.diagnostics import Diagnostic
 from tasks import CeleryDispatcher
-from tasks.app import create_app
+from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
 from tests.celery_tools import SECRET, RaisingProjector, boom, lookup, registry

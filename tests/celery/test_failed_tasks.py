@@ -12,8 +12,8 @@ import redis
 from celery import Celery
 
 from boundary import ErrorCode, InvocationStatus, ToolBoundary, ToolCallEnvelope
-from tasks.app import PROJECT
-from tasks.failures import ToolCallFailed
+from tasks.wiring.app import PROJECT
+from tasks.wiring.failures import ToolCallFailed
 from tests.celery.conftest import RUN
 from tests.celery_tools import SECRET
 from tests.conftest import BACKEND_DB, REDIS_HOST, REDIS_PORT

@@ -24,9 +24,9 @@ from boundary import (
 )
 from boundary.flow import Flow
 from boundary.store import keys
-from tasks.calls import reap_stuck_calls
-from tasks.cli import cli
+from tasks.cli.main import cli
 from tasks.runtime import get_runtime
+from tasks.worker.calls import reap_stuck_calls
 from tests import flow_tools
 from tests.celery_tools import registry
 from tests.conftest import BROKER_DB, STORE_DB, redis_url

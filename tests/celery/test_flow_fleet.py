@@ -24,9 +24,9 @@ from boundary import (
     ToolCallEnvelope,
 )
 from boundary.flow import Flow
+from boundary.reaper import Retries, reap_once
 from tasks import CeleryDispatcher
-from tasks.app import create_app
-from tasks.reaper import Retries, reap_once
+from tasks.wiring.app import create_app
 from tests import flow_tools
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url

@@ -23,8 +23,8 @@ from celery import Celery
 
 from boundary import CanonicalKey, InvocationStatus, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
-from tasks.app import LONG_QUEUE, PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tasks.runtime import get_runtime
+from tasks.wiring.app import LONG_QUEUE, PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.test_leaks_and_concurrency import wait_until_flower_sees_events
 from tests.celery.workers import celery_process

@@ -21,9 +21,9 @@ from boundary import (
     ToolBoundary,
     ToolCallEnvelope,
 )
+from boundary.reaper import Retries, reap_once
 from boundary.store import keys
 from tasks import CeleryDispatcher
-from tasks.reaper import Retries, reap_once
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tests.celery.conftest import RUN

@@ -16,9 +16,9 @@ from celery import Celery
 
 from boundary import ErrorCode, InvocationStatus, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url

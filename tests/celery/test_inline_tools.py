@@ -1,5 +1,5 @@
 """The threads pool runs each call's tool on the task's own thread, under the worker's
-watchdog (``tasks.pool``): a hung tool is sealed TOOL_TIMEOUT at its limit while it still
+watchdog (``tasks.worker.pool``): a hung tool is sealed TOOL_TIMEOUT at its limit while it still
 runs, and the pool runs another thread in its place, so later calls keep the worker's full
 concurrency (the consumer is handed a message for it, though the hung task never acks)."""
 
@@ -16,11 +16,11 @@ from celery import Celery
 
 from boundary import CanonicalKey, ErrorCode, InvocationStatus, ToolBoundary
 from tasks import CeleryDispatcher
-from tasks.app import create_app
-from tasks.calls import project_result
-from tasks.failures import ToolCallFailed
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
+from tasks.wiring.failures import ToolCallFailed
+from tasks.worker.calls import project_result
 from tests.celery.conftest import RUN
 from tests.celery.test_worker_loss import isolated, submit
 from tests.celery.workers import celery_process, worker_args

@@ -25,8 +25,8 @@ from boundary import (
 from boundary.store import keys
 from boundary.tool_threads import tool_threads
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.runtime import get_runtime
+from tasks.wiring.app import create_app
 from tests import celery_tools
 from tests.celery.conftest import RUN
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url

@@ -20,9 +20,9 @@ import yaml
 
 from boundary import InvocationStatus, ToolCallEnvelope
 from tasks import CeleryDispatcher
-from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tasks.wiring.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import ROOT, settings_env
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url

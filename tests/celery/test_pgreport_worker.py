@@ -25,12 +25,12 @@ from boundary import (
     ToolBoundary,
     ToolCallEnvelope,
 )
+from boundary.reaper import Retries, reap_once
 from examples import pgreport
 from tasks import CeleryDispatcher
-from tasks.app import create_app
-from tasks.reaper import Retries, reap_once
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
 from tests import pg_tools
 from tests.celery.workers import celery_process
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url

@@ -1,5 +1,5 @@
 """A prefork child runs each call's tool in line on its main thread, under the watchdog
-(``tasks.pool.ChildHost``): an overdue tool is sealed TOOL_TIMEOUT at its limit, then
+(``tasks.worker.pool.ChildHost``): an overdue tool is sealed TOOL_TIMEOUT at its limit, then
 interrupted, and the same child serves the next call; a tool no interruption stops ends its
 child, and a fresh child serves the next call."""
 

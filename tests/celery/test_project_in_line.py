@@ -20,8 +20,8 @@ from celery import Celery
 
 from boundary import CanonicalKey, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
-from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tasks.runtime import get_runtime
+from tasks.wiring.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url

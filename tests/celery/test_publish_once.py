@@ -16,9 +16,9 @@ from celery import Celery
 
 from boundary import ErrorCode, Submission, ToolCallEnvelope
 from tasks import CeleryDispatcher
-from tasks.app import TOOLS_QUEUE, create_app
-from tasks.publisher import publish_attempt_timeout_s
 from tasks.runtime import get_runtime
+from tasks.wiring.app import TOOLS_QUEUE, create_app
+from tasks.wiring.publisher import publish_attempt_timeout_s
 from tests.celery.conftest import RUN
 from tests.conftest import celery_test_settings
 from tests.servers import redis_server

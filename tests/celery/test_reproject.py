@@ -16,9 +16,9 @@ import redis
 from celery import Celery
 from typer.testing import CliRunner
 
-import tasks.calls
-import tasks.cli
-import tasks.runs
+import tasks.cli.main
+import tasks.worker.calls
+import tasks.worker.runs
 from boundary import (
     EvidenceStatus,
     InProcessDispatcher,
@@ -28,9 +28,9 @@ from boundary import (
     ToolCallEnvelope,
 )
 from boundary.store import keys
-from tasks.cli import EXIT_OK, EXIT_UNAVAILABLE, cli
-from tasks.runs import ReprojectError, observe_run, project_run, project_runs, reproject
+from tasks.cli.main import EXIT_OK, EXIT_UNAVAILABLE, cli
 from tasks.settings import Settings
+from tasks.worker.runs import ReprojectError, observe_run, project_run, project_runs, reproject
 from tests.celery_tools import registry
 from tests.conftest import BACKEND_DB, BROKER_DB, STORE_DB, redis_url
 from tests.helpers import binary_client
@@ -151,8 +151,8 @@ def unreachable_store(monkeypatch: pytest.MonkeyPatch) -> None:
     store = RedisCanonicalStore.from_url(
         "redis://:hunter2-pw@127.0.0.1:1/0", socket_connect_timeout=0.2
     )
-    monkeypatch.setattr(tasks.runs, "get_runtime", lambda: SimpleNamespace(store=store))
-    monkeypatch.setattr(tasks.calls, "STORE_RETRY_DELAY_S", 0.01)
+    monkeypatch.setattr(tasks.worker.runs, "get_runtime", lambda: SimpleNamespace(store=store))
+    monkeypatch.setattr(tasks.worker.calls, "STORE_RETRY_DELAY_S", 0.01)
 
 
 @pytest.mark.usefixtures("unreachable_store")
@@ -316,7 +316,7 @@ def test_runs_whose_results_never_come_are_reported_timed_out(
     # Given a batch sent where no worker listens
     write_run(local, "run-a")
     unheard = functools.partial(reproject, queue=NOBODY_QUEUE)
-    monkeypatch.setattr(tasks.cli, "reproject", unheard)
+    monkeypatch.setattr(tasks.cli.main, "reproject", unheard)
     try:
         # When it is reprocessed with a short wait
         started = time.monotonic()

@@ -16,12 +16,12 @@ from celery import Celery
 
 from boundary import CanonicalKey, InvocationStatus, RedisCanonicalStore, ToolBoundary
 from boundary import ToolCallEnvelope as Call
+from boundary.reaper import reap_once
 from boundary.store import ReapDecision
 from tasks import CeleryDispatcher
-from tasks.app import PROJECT, PROJECTIONS_QUEUE, create_app
-from tasks.reaper import reap_once
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tasks.wiring.app import PROJECT, PROJECTIONS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url

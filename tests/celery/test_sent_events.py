@@ -12,7 +12,7 @@ from typing import Any
 from celery import Celery
 
 from boundary import RunContext, ToolBoundary, ToolCallEnvelope
-from tasks.app import EXECUTE, TOOLS_QUEUE
+from tasks.wiring.app import EXECUTE, TOOLS_QUEUE
 from tests.celery.conftest import Stack
 
 RUN = RunContext(run_id="run-sent-events", authorized_tools=frozenset({"lookup"}))

@@ -22,8 +22,8 @@ from boundary import (
 )
 from boundary.telemetry.names import CALL_ID
 from tasks import CeleryDispatcher
-from tasks.app import EXECUTE, PROJECT, create_app
 from tasks.settings import Settings
+from tasks.wiring.app import EXECUTE, PROJECT, create_app
 from tests import celery_tools, otel
 from tests.celery.conftest import RUN
 from tests.celery_tools import SECRET, SECRET_URL, STACK

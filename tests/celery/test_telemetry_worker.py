@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from boundary import RunContext, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
-from tasks.app import create_app
 from tasks.runtime import get_runtime
+from tasks.wiring.app import create_app
 from tests import otel
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args

@@ -24,10 +24,10 @@ from boundary import (
 )
 from boundary.store import keys
 from tasks import CeleryDispatcher
-from tasks.app import create_app
-from tasks.calls import reap_stuck_calls
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
+from tasks.wiring.app import create_app
+from tasks.worker.calls import reap_stuck_calls
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url

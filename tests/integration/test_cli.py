@@ -25,7 +25,7 @@ from boundary import (
 )
 from boundary.fingerprint import request_sha256
 from boundary.store import keys
-from tasks.cli import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, cli
+from tasks.cli.main import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, cli
 from tests.conftest import STORE_DB, redis_url
 from tests.helpers import (
     RUN_ID,

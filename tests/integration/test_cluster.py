@@ -127,7 +127,7 @@ def test_a_celery_worker_and_reproject_work_on_the_cluster(
     cluster: list[RedisServer], tmp_path: Path
 ) -> None:
     from tasks import CeleryDispatcher
-    from tasks.app import create_app
+    from tasks.wiring.app import create_app
     from tests.celery.workers import celery_process, settings_env, worker_args
     from tests.conftest import celery_test_settings
     from tests.servers import redis_server
@@ -169,7 +169,7 @@ def test_the_start_up_check_reads_every_primary_of_the_cluster(
     cluster: list[RedisServer],
 ) -> None:
     from boundary import ConfigurationError
-    from tasks.server_check import check_store_server
+    from tasks.worker.server_check import check_store_server
     from tests.conftest import celery_test_settings
 
     # Given a store on the cluster, whose nodes keep nothing on disk (appendonly no, save "")

@@ -24,10 +24,9 @@ from boundary import (
     ToolSpec,
 )
 from boundary.flow import Flow
+from boundary.reaper import Retries, sweep_flow
 from boundary.store import keys
 from boundary.store.flow import Admitted, FlowStanding, ToolLimits
-from tasks.flow_sweep import sweep_flow
-from tasks.reaper import Retries
 from tests.helpers import FakeTool, create_terms, monitored, wait_until
 from tests.servers import RedisServer, redis_cluster
 
@@ -364,7 +363,7 @@ def test_the_gauges_and_the_slot_wait_of_a_limited_tool(
     parts: tuple[ToolBoundary, Recorder], store: RedisCanonicalStore
 ) -> None:
     from boundary import telemetry
-    from tasks.metrics_endpoint import StoreGauges, store_gauges
+    from tasks.worker.metrics_endpoint import StoreGauges, store_gauges
 
     boundary, _ = parts
     sink = Sink()

@@ -26,8 +26,8 @@ from boundary import (
     ToolBoundary,
     ToolCallEnvelope,
 )
-from tasks.app import PROJECT_RUNS, PROJECTIONS_QUEUE
 from tasks.exits import EXIT_INTERRUPTED
+from tasks.wiring.app import PROJECT_RUNS, PROJECTIONS_QUEUE
 from tests.celery.workers import ROOT, settings_env
 from tests.celery_tools import registry
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.demo import SCRIPT
+from tasks.demo.script import SCRIPT
 from tests.celery.workers import ROOT
 from tests.integration.test_process_failures import clean_env
 

@@ -12,7 +12,7 @@ import redis
 
 from boundary import CanonicalKey
 from tasks import CeleryDispatcher
-from tasks.app import TOOLS_QUEUE, create_app
+from tasks.wiring.app import TOOLS_QUEUE, create_app
 from tests.conftest import celery_test_settings
 from tests.servers import redis_server
 

@@ -1,5 +1,5 @@
 """Sync seal notifications (``boundary.store.seal_wait``) and the project task's AsyncResult
-answered from the record (``tasks.results``), on a real Redis."""
+answered from the record (``tasks.wiring.results``), on a real Redis."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from boundary import (
 )
 from boundary.store import keys
 from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier
-from tasks.app import create_app
-from tasks.failures import ToolCallFailed
+from tasks.wiring.app import create_app
+from tasks.wiring.failures import ToolCallFailed
 from tests.conftest import celery_test_settings
 from tests.helpers import create_projecting, envelope, make_run, register
 
@@ -140,7 +140,7 @@ def test_a_lost_connection_wakes_the_waiters_and_a_later_seal_still_wakes_them(
 @pytest.fixture
 def record_app(store: RedisCanonicalStore) -> Iterator[object]:
     app = create_app(celery_test_settings(), name="tests_record_results")
-    from tasks import results
+    from tasks.wiring import results
 
     with results._lock:
         results._stores[app] = store

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from boundary import RedisCanonicalStore
-from tasks.reaper import reap_once
+from boundary.reaper import reap_once
 from tests import otel
 from tests.helpers import create_terms, key_of
 

@@ -9,9 +9,9 @@ from typing import Any
 from celery import Celery
 
 from boundary import CanonicalKey
-from tasks.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
-from tasks.dispatcher import CeleryDispatcher
 from tasks.settings import Settings
+from tasks.wiring.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
+from tasks.wiring.dispatcher import CeleryDispatcher
 
 KEY = CanonicalKey(run_id="run-7", tool_call_id="call_a1")
 

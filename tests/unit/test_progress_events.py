@@ -12,7 +12,7 @@ from celery.events.state import State
 
 from boundary import CanonicalKey
 from boundary.call_context import ProgressReport
-from tasks.progress_events import EVENT_TYPE, ProgressEvents, progress_fields
+from tasks.worker.progress_events import EVENT_TYPE, ProgressEvents, progress_fields
 
 KEY = CanonicalKey(run_id="run-1", tool_call_id="call-1")
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tasks.publisher import PublishThread
+from tasks.wiring.publisher import PublishThread
 
 
 class Boom(Exception):

@@ -14,7 +14,7 @@ import pytest
 from celery import Celery
 from celery.events.state import State
 
-from tasks.publisher import SentEvents
+from tasks.wiring.publisher import SentEvents
 
 
 class Producer:
@@ -95,7 +95,7 @@ def test_an_event_that_cannot_be_published_is_dropped_with_a_warning_naming_no_u
     events = _events(producer)
 
     # When a send hands its event over
-    with caplog.at_level(logging.WARNING, logger="tasks.publisher"):
+    with caplog.at_level(logging.WARNING, logger="tasks.wiring.publisher"):
         events.publish("task-sent", FIELDS, producer=None)
         assert events.flush(10)
 
@@ -171,7 +171,7 @@ def test_a_forked_child_starts_afresh_even_if_the_parent_s_thread_held_the_lock(
     events._queue.append(("task-sent", dict(FIELDS)))
 
     # When the fork hook runs in the child
-    from tasks import publisher
+    from tasks.wiring import publisher
 
     publisher._reset_in_child()
 

@@ -7,11 +7,11 @@ import pytest
 from kombu.transport import resolve_transport
 
 from boundary.store.sentinel import SentinelAddress, parse_sentinel_url
-from tasks.app import celery_config
-from tasks.broker_transport import SafeAckSentinelTransport, SafeAckTransport
-from tasks.sentinel import celery_url
 from tasks.settings import InvalidSettings, Settings, load_settings
-from tasks.transport_names import broker_transport_name
+from tasks.wiring.app import celery_config
+from tasks.wiring.broker_transport import SafeAckSentinelTransport, SafeAckTransport
+from tasks.wiring.sentinel import celery_url
+from tasks.wiring.transport_names import broker_transport_name
 
 URL = "redis+sentinel://:p%40ss@10.0.0.1:26379,10.0.0.2:26380,10.0.0.3/tb/2"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tasks.app import celery_config
 from tasks.settings import Settings
+from tasks.wiring.app import celery_config
 
 
 @pytest.mark.parametrize("ttl_s", [0, 0.2, 0.999])

@@ -11,7 +11,7 @@ from typing import Any
 
 from celery.worker.request import Request
 
-from tasks.pool import settle_once
+from tasks.worker.pool import settle_once
 
 
 def racing_request(calls: list[str], wait_s: float = 0.2) -> tuple[Any, threading.Barrier]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.startup import Service, StartupUnavailable, wait_for_services
+from tasks.worker.startup import Service, StartupUnavailable, wait_for_services
 
 
 def down() -> None:

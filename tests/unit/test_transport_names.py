@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 from celery import Celery
 
-from tasks.app import celery_config
-from tasks.broker_transport import SafeAckSentinelTransport, SafeAckTransport
-from tasks.publisher import publisher_app
 from tasks.settings import Settings
+from tasks.wiring.app import celery_config
+from tasks.wiring.broker_transport import SafeAckSentinelTransport, SafeAckTransport
+from tasks.wiring.publisher import publisher_app
 
 
 def app_for(url: str) -> Celery:

@@ -10,7 +10,7 @@ import fakeredis
 
 from boundary import CallProgress, CanonicalRecord, InvocationStatus, RedisCanonicalStore
 from tasks.web.app import WebView
-from tasks.web.views import call_state
+from tasks.web.pages import call_state
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 

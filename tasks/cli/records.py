@@ -19,7 +19,7 @@ from boundary import (
     ObservedFacts,
 )
 from boundary.diagnostics import Diagnostic
-from tasks.commands.common import (
+from tasks.cli.common import (
     JsonFlag,
     RunArg,
     dumps,
@@ -32,9 +32,9 @@ from tasks.commands.common import (
     require_id,
     settings_or_fail,
 )
-from tasks.commands.watch import call_view, progress_of
+from tasks.cli.watch import call_view, progress_of
 from tasks.exits import EXIT_NOT_FOUND
-from tasks.runs import observe_run
+from tasks.worker.runs import observe_run
 
 #: Display of a record's JSON fields: cut past this many characters (``--json`` never cuts).
 SHOW_CELL_CHARS = 2000

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from boundary import CallProgress, CanonicalRecord, InvocationStatus, RedisCanonicalStore
 from boundary.flow import waiting_progress
-from tasks.commands.common import (
+from tasks.cli.common import (
     JsonFlag,
     RunArg,
     dumps,

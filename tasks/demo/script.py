@@ -26,8 +26,7 @@ from boundary import (
     ToolRegistry,
     load_registry,
 )
-from tasks.app import LONG_QUEUE, PROJECTIONS_QUEUE, TOOLS_QUEUE, configure
-from tasks.demo_long import (
+from tasks.demo.long_calls import (
     LIMITED_TOOL,
     LONG_SCRIPT,
     LONG_TOOL,
@@ -35,19 +34,20 @@ from tasks.demo_long import (
     reaper_thread,
     run_long_calls,
 )
-from tasks.dispatcher import CeleryDispatcher
 from tasks.runtime import get_runtime
-from tasks.services import check_broker, check_result_backend, check_workers
 from tasks.settings import Settings, redis_location
+from tasks.wiring.app import LONG_QUEUE, PROJECTIONS_QUEUE, TOOLS_QUEUE, configure
+from tasks.wiring.dispatcher import CeleryDispatcher
+from tasks.wiring.services import check_broker, check_result_backend, check_workers
 
 #: Seconds the demo waits for one call before calling it stuck.
 CALL_TIMEOUT_S = 30.0
 #: The logger of failed tools' diagnostics (``boundary.diagnostics``).
 DIAGNOSTICS_LOGGER = "boundary.diagnostics"
-#: The logger of a worker's start-up check (``tasks.calls``).
-STARTUP_CHECK_LOGGER = "tasks.calls"
+#: The logger of a worker's start-up check (``tasks.worker.calls``).
+STARTUP_CHECK_LOGGER = "tasks.worker.calls"
 #: The reaper's logger: its retry of the demo's lost call is shown in the long calls' table.
-REAPER_LOGGER = "tasks.reaper"
+REAPER_LOGGER = "boundary.reaper"
 #: Threads of the embedded worker (the long calls hold three while the quick ones run).
 WORKER_THREADS = 8
 
@@ -278,7 +278,7 @@ def run_demo(
         if not start_worker:
             check_workers(app)
         if web_port is not None:
-            from tasks.demo_web import web_view
+            from tasks.demo.browser import web_view
 
             base = stack.enter_context(web_view(settings, web_port))
             report.web_url = f"{base}/runs/{report.run_id}"
@@ -299,7 +299,7 @@ def run_demo(
             report.calls.append(call)
             if on_call is not None:
                 on_call(call)
-        from tasks.calls import reap_stuck_calls
+        from tasks.worker.calls import reap_stuck_calls
 
         with reaper_thread(reap_stuck_calls):
             report.long_calls = run_long_calls(boundary, run, on_long)

@@ -29,9 +29,9 @@ from boundary import (
     StoreError,
 )
 from boundary.models import is_safe_id
-from tasks.app import PROJECT_RUN, PROJECT_RUNS, app
-from tasks.calls import retrying
 from tasks.runtime import get_runtime
+from tasks.wiring.app import PROJECT_RUN, PROJECT_RUNS, app
+from tasks.worker.calls import retrying
 
 logger = logging.getLogger(__name__)
 

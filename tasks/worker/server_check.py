@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 def check_store_server(store: CanonicalStore, settings: Settings) -> list[str]:
     """Returns the warnings to log; raises ``ConfigurationError`` (one line) on what must stop
-    a worker. An unreachable store is judged before, by ``tasks.startup`` (exit 3); one that
+    a worker. An unreachable store is judged before, by ``tasks.worker.startup`` (exit 3); one that
     went away since then only gets a warning here."""
     try:
         facts = store.server_facts()

@@ -1,7 +1,7 @@
 """The Celery tasks: thin wrappers over the core's steps. No traceback or exception text
 reaches the result backend, Flower or the log (it would be a leak): every task returns, except
 the project step of a call that ended ERROR, which raises ``ToolCallFailed(<code>)`` on purpose
-so Flower's "Failed" filter lists it (``tasks.failures``; ``docs/TASKS.md``)."""
+so Flower's "Failed" filter lists it (``tasks.wiring.failures``; ``docs/TASKS.md``)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from celery.concurrency.thread import TaskPool as CeleryThreadPool
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-import tasks.prefork_start  # noqa: F401  (its worker_ready hook)
+import tasks.worker.prefork_start  # noqa: F401  (its worker_ready hook)
 from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome, telemetry
 from boundary.flow import Flow
+from boundary.reaper import Retries, reap_once
 from boundary.steps import (
     AttemptTerms,
     ExecuteResult,
@@ -32,17 +33,16 @@ from boundary.steps import (
     project_step,
 )
 from boundary.tool_threads import on_tool_threads_exhausted, run_inline_here
-from tasks.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, REAP, app
-from tasks.dispatcher import CeleryDispatcher
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
-from tasks.failures import CodeOnlyFailures, ToolCallFailed
-from tasks.pool import ChildHost, InlineThreadPool
-from tasks.progress_events import install as install_progress_events
-from tasks.reaper import Retries, reap_once
 from tasks.runtime import Runtime, get_runtime
-from tasks.server_check import check_store_server
-from tasks.startup import StartupUnavailable, wait_for_services, worker_services
-from tasks.step_store import step_store
+from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, REAP, app
+from tasks.wiring.dispatcher import CeleryDispatcher
+from tasks.wiring.failures import CodeOnlyFailures, ToolCallFailed
+from tasks.worker.pool import ChildHost, InlineThreadPool
+from tasks.worker.progress_events import install as install_progress_events
+from tasks.worker.server_check import check_store_server
+from tasks.worker.startup import StartupUnavailable, wait_for_services, worker_services
+from tasks.worker.step_store import step_store
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def execute_tool(
             progress_events.running(key, task.request),
         ):
             # Each store operation retried where it failed, never the whole step: a retry of
-            # the step would run a tool that already ran (``tasks.step_store``).
+            # the step would run a tool that already ran (``tasks.worker.step_store``).
             executed = execute_step(
                 step_store(runtime.store, retrying),
                 runtime.registry,
@@ -229,7 +229,7 @@ def _chained_project_reports(request: Any) -> None:
     acks_late=True,
     base=CodeOnlyFailures,
     # The sealed record is the only copy of the outcome: the app's backend answers this
-    # task's AsyncResult from it (``tasks.results``). No STARTED write either.
+    # task's AsyncResult from it (``tasks.wiring.results``). No STARTED write either.
     ignore_result=True,
 )
 def project_result(
@@ -239,7 +239,7 @@ def project_result(
     ``task-succeeded`` event and Flower show; nothing stores it).
 
     An ERROR outcome ends the task in FAILURE with ``ToolCallFailed(<code>)`` and no
-    traceback (see ``tasks.failures``), so monitoring lists it among the failed tasks.
+    traceback (see ``tasks.wiring.failures``), so monitoring lists it among the failed tasks.
 
     With ``report`` (sent by the watchdog for a call it sealed while its step still runs) it
     only reports the sealed outcome and never seals: a record found PROJECTING is another
@@ -329,7 +329,7 @@ def _resend_after_store_failure(key: CanonicalKey, attempt: int) -> None:
 @app.task(name=REAP)
 def reap_stuck_calls() -> dict[str, int]:
     """Re-projects each call past its reap time whose raw response is kept; seals the others
-    ERROR/WORKER_LOST (see ``tasks.reaper``)."""
+    ERROR/WORKER_LOST (see ``boundary.reaper``)."""
     try:
         runtime = worker_runtime()
         settings = runtime.settings
@@ -390,7 +390,7 @@ def _seal_when_retries_run_out(
 
 @signals.worker_init.connect
 def _run_tools_in_line(sender: Any = None, **_: Any) -> None:
-    """A worker on Celery's threads pool gets ``tasks.pool.InlineThreadPool`` instead: the
+    """A worker on Celery's threads pool gets ``tasks.worker.pool.InlineThreadPool`` instead: the
     same pool with the tool and projector on the task's own thread under a watchdog, rather
     than a hand-off to a tool thread per step. (``worker_init`` fires before the worker
     resolves its pool class.)"""
@@ -446,7 +446,7 @@ _in_pool_child = False
 
 @signals.worker_process_init.connect
 def _mark_pool_child(**_: Any) -> None:
-    """A prefork child runs its tools in line on its main thread (``tasks.pool.ChildHost``).
+    """A prefork child runs its tools in line on its main thread (``tasks.worker.pool.ChildHost``).
     The solo pool sends this signal too, in the worker's own main process: not a child, so
     it keeps handing its tools to tool threads (an overdue run there cannot end a process)."""
     global _in_pool_child

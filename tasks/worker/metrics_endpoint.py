@@ -159,7 +159,7 @@ def _serve_metrics(**_: Any) -> None:
     try:
         runtime = get_runtime()
     except Exception:
-        # Bad settings: ``tasks.calls._check_runtime`` stops the worker with one line; a
+        # Bad settings: ``tasks.worker.calls._check_runtime`` stops the worker with one line; a
         # traceback from here would only repeat it (or carry a URL).
         return
     flow = Flow(runtime.store, runtime.registry, None)

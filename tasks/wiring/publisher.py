@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 import redis
 from celery import Celery
 
-from tasks.broker_transport import SafeAckChannel, SafeAckTransport
-from tasks.transport_names import TRANSPORT_NAMES
+from tasks.wiring.broker_transport import SafeAckChannel, SafeAckTransport
+from tasks.wiring.transport_names import TRANSPORT_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def publisher_app(app: Celery) -> Celery:
     # Sending never reads results: no backend, so no result subscription per send.
     conf["result_backend"] = None
     broker = conf.get("broker_url") or ""
-    # The app's own Redis transport (tasks.broker_transport) or none: ours keeps its acks.
+    # The app's own Redis transport (tasks.wiring.broker_transport) or none: ours keeps its acks.
     redis_broker = urlsplit(broker).scheme in ("redis", "rediss")
     if redis_broker and conf.get("broker_transport") in {None, SafeAckTransport, *TRANSPORT_NAMES}:
         conf["broker_transport"] = _PublishTransport

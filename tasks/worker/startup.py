@@ -18,8 +18,8 @@ from typing import Any
 
 from boundary import BoundaryError, ErrorCode
 from tasks.runtime import Runtime
-from tasks.services import check_broker, check_result_backend
 from tasks.settings import redis_location
+from tasks.wiring.services import check_broker, check_result_backend
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
-"""The worker's Redis transports (``tasks.broker_transport``) under kombu transport names.
+"""The worker's Redis transports (``tasks.wiring.broker_transport``) under kombu transport names.
 
 Handed to kombu as a class, a transport becomes the scheme of every URL kombu prints: the
-worker's banner and Flower read ``<class 'tasks.broker_transport.SafeAckTransport'>://...``,
+worker's banner and Flower read ``<class 'tasks.wiring.broker_transport.SafeAckTransport'>://...``,
 and Flower's Broker page and ``/api/queues/length`` answer 404 ("broker is not supported")
 because they pick their Redis client by that scheme. Registered under names of their own in
 kombu's transport registry, with kombu's display mapping from each name back to the URL's
@@ -22,11 +22,11 @@ from kombu import transport as kombu_transport
 #: Our name for each broker URL scheme (as the settings have it), the transport it loads and
 #: the scheme kombu shows for it.
 _NAMES: dict[str, tuple[str, str, str]] = {
-    "redis": ("tool-boundary-redis", "tasks.broker_transport:SafeAckTransport", "redis"),
-    "rediss": ("tool-boundary-rediss", "tasks.broker_transport:SafeAckTransport", "rediss"),
+    "redis": ("tool-boundary-redis", "tasks.wiring.broker_transport:SafeAckTransport", "redis"),
+    "rediss": ("tool-boundary-rediss", "tasks.wiring.broker_transport:SafeAckTransport", "rediss"),
     "redis+sentinel": (
         "tool-boundary-sentinel",
-        "tasks.broker_transport:SafeAckSentinelTransport",
+        "tasks.wiring.broker_transport:SafeAckSentinelTransport",
         "sentinel",
     ),
 }

@@ -5,7 +5,7 @@ For operators (the Harness side): ``show --raw`` prints a raw tool response. Eve
 reads the ``TOOL_BOUNDARY_*`` settings, has ``--json`` for scripts, and exits with one of the
 ``EXIT_*`` codes below; a failure prints one line on stderr, never a traceback.
 
-The commands live in ``tasks.commands`` by concern; ``reproject`` stays here, with the console
+The commands live in ``tasks.cli`` by concern; ``reproject`` stays here, with the console
 script's entry point (``main``: Ctrl-C and unexpected errors).
 """
 
@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from boundary import RedisCanonicalStore
-from tasks.commands.common import (
+from tasks.cli.common import (
     JsonFlag,
     dumps,
     fail,
@@ -31,18 +31,18 @@ from tasks.commands.common import (
     require_id,
     settings_or_fail,
 )
-from tasks.commands.demo import demo
-from tasks.commands.interrupts import (
+from tasks.cli.demo import demo
+from tasks.cli.interrupts import (
     Interrupted,
     exit_interrupted,
     interruptible,
     on_sigint,
     was_interrupted,
 )
-from tasks.commands.limits import limits_app
-from tasks.commands.records import observe, runs, show
-from tasks.commands.watch import watch
-from tasks.commands.web import web
+from tasks.cli.limits import limits_app
+from tasks.cli.records import observe, runs, show
+from tasks.cli.watch import watch
+from tasks.cli.web import web
 from tasks.exits import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -52,7 +52,7 @@ from tasks.exits import (
     EXIT_USAGE,
 )
 from tasks.mcp_server.command import mcp_command
-from tasks.runs import (
+from tasks.worker.runs import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_CHUNK_TIMEOUT_S,
     BatchSummary,

@@ -15,7 +15,7 @@ from rich.text import Text
 from boundary import RedisCanonicalStore
 from boundary.flow import Flow
 from boundary.store.flow import FlowStatus
-from tasks.commands.common import (
+from tasks.cli.common import (
     JsonFlag,
     dumps,
     fail,
@@ -43,8 +43,8 @@ NONE = "none"
 def _flow(settings: Settings, store: RedisCanonicalStore, *, sending: bool = False) -> Flow:
     sender = None
     if sending:
-        from tasks.app import app
-        from tasks.dispatcher import CeleryDispatcher
+        from tasks.wiring.app import app
+        from tasks.wiring.dispatcher import CeleryDispatcher
 
         # Calls a raised limit lets start are sent from here, at once.
         sender = CeleryDispatcher(app)

@@ -15,9 +15,9 @@ from rich.text import Text
 from boundary import RedisCanonicalStore, StoreError, StoreUnavailable
 from boundary.models import is_safe_id
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
-from tasks.runs import ReprojectError
-from tasks.services import ServiceUnavailable
 from tasks.settings import InvalidSettings, Settings, load_settings, redis_location
+from tasks.wiring.services import ServiceUnavailable
+from tasks.worker.runs import ReprojectError
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 RunArg = Annotated[str, typer.Argument(help="The run id.", show_default=False)]

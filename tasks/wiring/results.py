@@ -33,8 +33,8 @@ from pydantic import ValidationError
 
 from boundary import CanonicalKey, RedisCanonicalStore
 from boundary.steps import outcome_from_record
-from tasks.failures import ToolCallFailed
 from tasks.settings import Settings
+from tasks.wiring.failures import ToolCallFailed
 
 #: Longest wait on the seal notification before the record is read again, seconds (a missed
 #: wake-up costs at most this).
@@ -45,7 +45,7 @@ POLL_S = 0.05
 PROJECT_SUFFIX = ":project"
 
 _lock = threading.Lock()
-#: Settings of the apps made by ``tasks.app.create_app``, to reach their store.
+#: Settings of the apps made by ``tasks.wiring.app.create_app``, to reach their store.
 _settings_of: WeakKeyDictionary[Celery, Settings] = WeakKeyDictionary()
 _stores: WeakKeyDictionary[Celery, RedisCanonicalStore] = WeakKeyDictionary()
 

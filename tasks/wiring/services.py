@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from boundary import BoundaryError, ErrorCode
-from tasks.app import PROJECTIONS_QUEUE, TOOLS_QUEUE
+from tasks.wiring.app import PROJECTIONS_QUEUE, TOOLS_QUEUE
 
 #: Seconds to wait for workers to answer a ping.
 WORKER_PING_TIMEOUT_S = 3.0

@@ -16,8 +16,8 @@ from boundary import CallProgress, CanonicalKey, CanonicalRecord, InvocationStat
 from boundary.flow import Flow, waiting_progress
 from boundary.models import is_safe_id
 from boundary.store.base import CanonicalStore
-from tasks.commands.limits import limits_view
-from tasks.runs import observe_run
+from tasks.cli.limits import limits_view
+from tasks.worker.runs import observe_run
 
 #: Runs a page of the runs index lists.
 RUNS_PAGE = 50

@@ -10,10 +10,10 @@ from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
-from tasks.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
-from tasks.failures import ToolCallFailed
-from tasks.publisher import PublishThread, SentEvents, publisher_app
-from tasks.results import RecordResults
+from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
+from tasks.wiring.failures import ToolCallFailed
+from tasks.wiring.publisher import PublishThread, SentEvents, publisher_app
+from tasks.wiring.results import RecordResults
 
 #: Longest step between two looks at a result on a backend that does not push results.
 POLL_S = 0.05
@@ -63,7 +63,7 @@ class CeleryDispatcher:
 
     def __init__(self, app: Celery | None = None, *, queues: tuple[str, str] | None = None) -> None:
         if app is None:
-            from tasks.app import app as default_app
+            from tasks.wiring.app import app as default_app
 
             app = default_app
         self.app = app
@@ -196,7 +196,7 @@ class CeleryDispatcher:
     def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
         """The project task's result, waiting at most ``timeout`` seconds.
 
-        On our apps (``tasks.results.BoundaryCelery``) that result is the sealed record,
+        On our apps (``tasks.wiring.results.BoundaryCelery``) that result is the sealed record,
         waited for on its seal notification (``_wait_record``). On another app's backend:
 
         ``AsyncResult.get`` drains the result backend in steps of one second and checks its

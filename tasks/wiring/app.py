@@ -11,11 +11,11 @@ from celery import Celery
 from kombu.entity import Exchange, Queue
 
 from boundary import ToolRegistry
-from tasks.results import BoundaryCelery, register_settings
 from tasks.runtime import configure_runtime, get_settings
-from tasks.sentinel import celery_url
 from tasks.settings import Settings
-from tasks.transport_names import broker_transport_name
+from tasks.wiring.results import BoundaryCelery, register_settings
+from tasks.wiring.sentinel import celery_url
+from tasks.wiring.transport_names import broker_transport_name
 
 #: Queue of the execute step (runs tools).
 TOOLS_QUEUE = "tools"
@@ -80,7 +80,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": settings.task_sent_events,
         "task_time_limit": settings.task_time_limit_s,
         "broker_transport_options": transport,
-        # A Redis broker's acks through tasks.broker_transport (a full Redis cannot stop a
+        # A Redis broker's acks through tasks.wiring.broker_transport (a full Redis cannot stop a
         # worker), named so that the URLs kombu and Flower print keep their redis:// scheme.
         "broker_transport": broker_transport_name(settings.broker),
         "broker_connection_retry_on_startup": True,

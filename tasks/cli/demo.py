@@ -1,5 +1,5 @@
 """``demo``: a scripted agent run through the whole boundary (``tasks.demo``), shown as it
-happens (``tasks.demo_view``)."""
+happens (``tasks.demo.terminal``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from tasks.commands.common import JsonFlag, dumps, fail, reaching, settings_or_fail
+from tasks.cli.common import JsonFlag, dumps, fail, reaching, settings_or_fail
 from tasks.exits import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
 
 
@@ -43,8 +43,8 @@ def demo(
     unreachable or a call does not finish (no worker).
     """
     # Imported here: the other commands need neither the worker nor the embedded server.
-    from tasks.demo import CALL_TIMEOUT_S, run_demo
-    from tasks.demo_view import LiveView, facts_table, long_table, report_json
+    from tasks.demo.script import CALL_TIMEOUT_S, run_demo
+    from tasks.demo.terminal import LiveView, facts_table, long_table, report_json
 
     if web:
         try:
@@ -100,7 +100,7 @@ def _linger(console: Console, as_json: bool) -> Callable[[Any], None]:
     the command as any Ctrl-C does)."""
 
     def linger(report: Any) -> None:
-        from tasks.demo_view import report_json
+        from tasks.demo.terminal import report_json
 
         if as_json:
             typer.echo(dumps(report_json(report)), nl=True)

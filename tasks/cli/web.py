@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from boundary import ConfigurationError
-from tasks.commands.common import fail, reaching, settings_or_fail
+from tasks.cli.common import fail, reaching, settings_or_fail
 from tasks.exits import EXIT_USAGE
 
 #: Defaults, repeated from ``tasks.web.server`` so ``--help`` needs no web extra.

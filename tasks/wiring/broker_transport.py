@@ -228,7 +228,7 @@ class SafeAckSentinelChannel(_LostConnectionChannel, kombu_redis.SentinelChannel
 
 
 class SafeAckSentinelTransport(_CollectWithoutBroker, kombu_redis.SentinelTransport):
-    """The same through Redis Sentinel (``redis+sentinel://``, see ``tasks.sentinel``)."""
+    """The same through Redis Sentinel (``redis+sentinel://``, see ``tasks.wiring.sentinel``)."""
 
     Channel = SafeAckSentinelChannel
 
