@@ -60,8 +60,8 @@ def write_runs(
 def reprocess(
     celery_app: Celery, ids: list[str], calls_per_run: int, write_s: float
 ) -> Reprocessed:
-    """Reprocesses ``ids`` with ``tasks.worker.runs.reproject`` and checks every line."""
-    from tasks.worker.runs import reproject
+    """Reprocesses ``ids`` with ``tasks.wiring.reproject.reproject`` and checks every line."""
+    from tasks.wiring.reproject import reproject
 
     facts = failed = 0
     began = time.perf_counter()

@@ -1,4 +1,10 @@
-"""Celery wiring: the app, its tasks and the dispatcher (``celery -A tasks worker``)."""
+"""``celery -A tasks worker``: the app with its tasks registered and its worker hooks
+connected (``tasks.worker.signals``), and the dispatcher.
+
+The rooms, by who runs them: ``settings``, ``runtime``, ``exits`` and ``views`` (shared by
+everything below); ``wiring/`` (how a call travels through Celery, for callers and workers);
+``worker/`` (only inside a worker); the programs ``cli/``, ``demo/``, ``web/`` and
+``mcp_server/``. ``docs/ARCHITECTURE.md`` draws the tree."""
 
 import os
 import signal
@@ -20,6 +26,8 @@ if os.path.basename(sys.argv[0]) == "tool-boundary":
     # nothing. ``tasks.cli.main.main`` installs the commands' handler.
     signal.signal(signal.SIGINT, _interrupted_while_loading)
 
+# The tasks, registered, and every worker hook, connected once (tasks.worker.signals).
+import tasks.worker.signals  # noqa: E402, F401
 from tasks.runtime import exit_on_invalid_settings  # noqa: E402
 from tasks.wiring.app import app, configure  # noqa: E402
 from tasks.wiring.dispatcher import CeleryDispatcher  # noqa: E402

@@ -4,7 +4,6 @@ their exit codes, and output that is safe on an operator's terminal."""
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
@@ -16,8 +15,9 @@ from boundary import RedisCanonicalStore, StoreError, StoreUnavailable
 from boundary.models import is_safe_id
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.settings import InvalidSettings, Settings, load_settings, redis_location
+from tasks.views import printable
+from tasks.wiring.reproject import ReprojectError
 from tasks.wiring.services import ServiceUnavailable
-from tasks.worker.runs import ReprojectError
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 RunArg = Annotated[str, typer.Argument(help="The run id.", show_default=False)]
@@ -82,15 +82,6 @@ def require_id(value: str, what: str) -> str:
 def dumps(value: Any) -> str:
     """JSON for scripts: ASCII only, so it is safe on any terminal and parses back as is."""
     return json.dumps(value, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
-
-
-def printable(text: str) -> str:
-    """Escapes control and format characters (terminal escapes, bidi overrides) that tool
-    output could carry into an operator's terminal; keeps newlines and tabs."""
-    return "".join(
-        c if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf") else f"\\u{ord(c):04x}"
-        for c in text
-    )
 
 
 def parsed(text: str | None) -> Any:

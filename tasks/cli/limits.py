@@ -14,19 +14,18 @@ from rich.text import Text
 
 from boundary import RedisCanonicalStore
 from boundary.flow import Flow
-from boundary.store.flow import FlowStatus
 from tasks.cli.common import (
     JsonFlag,
     dumps,
     fail,
     open_store,
-    printable,
     reaching,
     settings_or_fail,
 )
 from tasks.exits import EXIT_NOT_FOUND, EXIT_USAGE
 from tasks.runtime import registry_or_empty
 from tasks.settings import Settings
+from tasks.views import limits_view, printable
 
 limits_app = typer.Typer(
     name="limits",
@@ -49,26 +48,6 @@ def _flow(settings: Settings, store: RedisCanonicalStore, *, sending: bool = Fal
         # Calls a raised limit lets start are sent from here, at once.
         sender = CeleryDispatcher(app)
     return Flow(store, registry_or_empty(settings), sender)
-
-
-def limits_view(status: FlowStatus) -> dict[str, Any]:
-    limits = status.limits
-    rate = None
-    if limits.rate_limit is not None and limits.rate_period_s is not None:
-        rate = {"limit": limits.rate_limit, "period_s": limits.rate_period_s}
-    return {
-        "tool": status.tool,
-        "concurrency": limits.concurrency,
-        "tenant_concurrency": limits.tenant_concurrency,
-        "rate_limit": rate,
-        "max_waiting": limits.max_waiting,
-        "override": status.override,
-        "running": status.running,
-        "waiting": status.waiting,
-        "running_by_tenant": status.running_by_tenant,
-        "waiting_by_tenant": status.waiting_by_tenant,
-        "starts_in_period": status.starts_in_period if rate else None,
-    }
 
 
 def _shown(value: int | None) -> str:

@@ -52,7 +52,7 @@ from tasks.exits import (
     EXIT_USAGE,
 )
 from tasks.mcp_server.command import mcp_command
-from tasks.worker.runs import (
+from tasks.wiring.reproject import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_CHUNK_TIMEOUT_S,
     BatchSummary,

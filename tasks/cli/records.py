@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -27,14 +26,12 @@ from tasks.cli.common import (
     open_store,
     parsed,
     pretty,
-    printable,
     reaching,
     require_id,
     settings_or_fail,
 )
-from tasks.cli.watch import call_view, progress_of
 from tasks.exits import EXIT_NOT_FOUND
-from tasks.worker.runs import observe_run
+from tasks.views import call_view, compact, observe_run, printable, progress_of
 
 #: Display of a record's JSON fields: cut past this many characters (``--json`` never cuts).
 SHOW_CELL_CHARS = 2000
@@ -201,10 +198,7 @@ def runs(as_json: JsonFlag = False) -> None:
 
 
 def _compact(value: Any, limit: int) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
-    if len(text) > limit:
-        text = f"{text[:limit]}... (+{len(text) - limit} characters; --json shows all)"
-    return printable(text)
+    return printable(compact(value, limit, cut=" characters; --json shows all"))
 
 
 def _print_facts(facts: ObservedFacts) -> None:

@@ -12,20 +12,19 @@ from rich.live import Live
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.text import Text
 
-from boundary import CallProgress, CanonicalRecord, InvocationStatus, RedisCanonicalStore
-from boundary.flow import waiting_progress
+from boundary import CanonicalRecord, InvocationStatus, RedisCanonicalStore
 from tasks.cli.common import (
     JsonFlag,
     RunArg,
     dumps,
     fail,
     open_store,
-    printable,
     reaching,
     require_id,
     settings_or_fail,
 )
 from tasks.exits import EXIT_NOT_FOUND
+from tasks.views import call_view, printable, progress_of
 
 #: Seconds between two reads of the run (``--interval``).
 DEFAULT_INTERVAL_S = 0.5
@@ -43,39 +42,6 @@ def in_flight(store: RedisCanonicalStore, run_id: str) -> list[CanonicalRecord]:
 
 def _age(moment: datetime | None, now: datetime) -> str:
     return "-" if moment is None else f"{max((now - moment).total_seconds(), 0):.0f}s"
-
-
-def progress_of(store: RedisCanonicalStore, record: CanonicalRecord) -> CallProgress | None:
-    """A running call's progress; for one not started, whether it waits for a slot of its
-    limited tool (one read of the tool's flow control)."""
-    if record.started_at is None:
-        return waiting_progress(store.flow_ops, record)
-    return CallProgress.of(record)
-
-
-def call_view(
-    record: CanonicalRecord, now: datetime, progress: CallProgress | None = None
-) -> dict[str, Any]:
-    """What ``watch`` (and ``runs``) say of one running call: never its request or raw.
-    ``progress``: as ``progress_of`` read it (else the record's own)."""
-    if progress is None:
-        progress = CallProgress.of(record)
-    return {
-        "tool_call_id": record.tool_call_id,
-        "tool_name": record.tool_name,
-        "attempt": record.attempt,
-        "started": record.started_at is not None,
-        "waiting": bool(progress and progress.waiting),
-        "ahead": progress.ahead if progress else None,
-        "fraction": progress.fraction if progress else None,
-        "message": progress.message if progress else None,
-        "running_s": None
-        if record.started_at is None
-        else round((now - record.started_at).total_seconds(), 1),
-        "heartbeat_age_s": None
-        if record.heartbeat_at is None
-        else round((now - record.heartbeat_at).total_seconds(), 1),
-    }
 
 
 def _bars(views: list[dict[str, Any]], now: datetime, records: list[CanonicalRecord]) -> Group:

@@ -44,8 +44,8 @@ from tasks.wiring.services import check_broker, check_result_backend, check_work
 CALL_TIMEOUT_S = 30.0
 #: The logger of failed tools' diagnostics (``boundary.diagnostics``).
 DIAGNOSTICS_LOGGER = "boundary.diagnostics"
-#: The logger of a worker's start-up check (``tasks.worker.calls``).
-STARTUP_CHECK_LOGGER = "tasks.worker.calls"
+#: The logger of a worker's start-up check (``tasks.worker.startup``).
+STARTUP_CHECK_LOGGER = "tasks.worker.startup"
 #: The reaper's logger: its retry of the demo's lost call is shown in the long calls' table.
 REAPER_LOGGER = "boundary.reaper"
 #: Threads of the embedded worker (the long calls hold three while the quick ones run).

@@ -13,9 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from boundary import EvidenceStatus, InvocationStatus, ObservedFacts
-from tasks.cli.common import printable
 from tasks.demo.long_calls import LONG_SCRIPT, LongReport, LongView
 from tasks.demo.script import SCRIPT, CallReport, DemoReport
+from tasks.views import printable
 
 #: Characters of a fact's result shown in the facts table (``--json`` shows all).
 FACT_CHARS = 160

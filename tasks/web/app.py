@@ -26,7 +26,7 @@ from boundary import StoreError, ToolOutcome
 from boundary.flow import Flow
 from boundary.models import is_safe_id
 from boundary.store.base import CanonicalStore
-from tasks.cli.common import printable
+from tasks.views import printable
 from tasks.web import pages
 from tasks.web.auth import Csrf, TokenGuard
 from tasks.web.feed import RunFeeds, TooManyStreams

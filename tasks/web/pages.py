@@ -13,11 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from boundary import CallProgress, CanonicalKey, CanonicalRecord, InvocationStatus
-from boundary.flow import Flow, waiting_progress
+from boundary.flow import Flow
 from boundary.models import is_safe_id
 from boundary.store.base import CanonicalStore
-from tasks.cli.limits import limits_view
-from tasks.worker.runs import observe_run
+from tasks.views import compact, limits_view, observe_run, progress_of
 
 #: Runs a page of the runs index lists.
 RUNS_PAGE = 50
@@ -36,16 +35,6 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     if start is None or end is None:
         return None
     return round(max((end - start).total_seconds(), 0.0), 1)
-
-
-def progress_of(store: CanonicalStore, record: CanonicalRecord) -> CallProgress | None:
-    """A PROJECTING call's progress as the pages show it: what its record says, and for a
-    call that has not started, whether flow control holds it waiting for a slot (one read of
-    its tool's flow control: ``boundary.flow.waiting_progress``)."""
-    ops = getattr(store, "flow_ops", None)
-    if record.started_at is None and ops is not None:
-        return waiting_progress(ops, record)
-    return CallProgress.of(record)
 
 
 def limits_page(flow: Flow | None) -> dict[str, Any]:
@@ -234,8 +223,3 @@ def pretty(text: str | None, limit: int = FIELD_CHARS) -> str | None:
     if len(shown) > limit:
         shown = f"{shown[:limit]}\n... ({len(shown) - limit} more characters not shown)"
     return shown
-
-
-def compact(value: Any, limit: int) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
-    return text if len(text) <= limit else f"{text[:limit]}... (+{len(text) - limit})"

@@ -1,86 +1,43 @@
-"""The Celery tasks: thin wrappers over the core's steps. No traceback or exception text
-reaches the result backend, Flower or the log (it would be a leak): every task returns, except
-the project step of a call that ended ERROR, which raises ``ToolCallFailed(<code>)`` on purpose
-so Flower's "Failed" filter lists it (``tasks.wiring.failures``; ``docs/TASKS.md``)."""
+"""The tasks of a call (execute, project, reap, flow wake-up): thin wrappers over the core's steps
+(``boundary.steps``, ``boundary.reaper``); the run projection tasks are in
+``tasks.worker.runs``, and every worker hook is connected in ``tasks.worker.signals``. No
+traceback or exception text reaches the result backend, Flower or the log (it would be a leak):
+every task returns, except the project step of a call that ended ERROR, which raises
+``ToolCallFailed(<code>)`` on purpose so Flower's "Failed" filter lists it
+(``tasks.wiring.failures``; ``docs/TASKS.md``)."""
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from billiard.exceptions import WorkerLostError
-from billiard.process import current_process
-from celery import signals
-from celery.concurrency import get_implementation
-from celery.concurrency.thread import TaskPool as CeleryThreadPool
 from celery.exceptions import SoftTimeLimitExceeded
-from pydantic import ValidationError
 
-import tasks.worker.prefork_start  # noqa: F401  (its worker_ready hook)
-from boundary import CanonicalKey, ConfigurationError, ErrorCode, StoreError, ToolOutcome, telemetry
+from boundary import CanonicalKey, ErrorCode, StoreError, ToolOutcome, telemetry
+from boundary.call_steps import key_of
 from boundary.flow import Flow
 from boundary.reaper import Retries, reap_once
 from boundary.steps import (
     AttemptTerms,
     ExecuteResult,
     execute_step,
-    limit_tool_threads,
     outcome_from_record,
     project_step,
 )
-from boundary.tool_threads import on_tool_threads_exhausted, run_inline_here
-from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.runtime import Runtime, get_runtime
 from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, REAP, app
 from tasks.wiring.dispatcher import CeleryDispatcher
 from tasks.wiring.failures import CodeOnlyFailures, ToolCallFailed
-from tasks.worker.pool import ChildHost, InlineThreadPool
-from tasks.worker.progress_events import install as install_progress_events
-from tasks.worker.server_check import check_store_server
-from tasks.worker.startup import StartupUnavailable, wait_for_services, worker_services
-from tasks.worker.step_store import step_store
+from tasks.worker.progress_events import ProgressEvents
+from tasks.worker.step_store import STORE_RETRY_DELAY_S, retrying, step_store
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
-#: Attempts at a store operation inside a task before giving up on it: 3.5 s in all, longer
-#: than a Sentinel failover (2.2-2.5 s measured), so a tool that ends during one keeps its
-#: result instead of ending WORKER_LOST.
-STORE_ATTEMPTS = 4
-#: Pause between those attempts, seconds (doubles each time).
-STORE_RETRY_DELAY_S = 0.5
-
-
-def retrying(step: Callable[[], T]) -> T:
-    """Retries ``step`` on store errors inside the task (a Celery retry would write a
-    traceback into the result backend)."""
-    delay = STORE_RETRY_DELAY_S
-    for attempt in range(1, STORE_ATTEMPTS + 1):
-        try:
-            return step()
-        except StoreError:
-            if attempt == STORE_ATTEMPTS:
-                raise
-            time.sleep(delay)
-            delay *= 2
-    raise AssertionError("unreachable")
-
-
-def _key(run_id: str, tool_call_id: str) -> CanonicalKey | None:
-    try:
-        return CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
-    except ValidationError:
-        return None
-
-
 _sender: CeleryDispatcher | None = None
-#: Heartbeats of the calls this process runs, sent as ``task-progress`` events (Flower).
-progress_events = install_progress_events(app)
+#: Heartbeats of the calls this process runs, sent as ``task-progress`` events (Flower);
+#: made the process's progress listener by ``tasks.worker.signals``.
+progress_events = ProgressEvents(app)
 
 
 def attempt_sender() -> CeleryDispatcher:
@@ -149,7 +106,7 @@ def execute_tool(
     call to the next one), the chained project step is dropped: the current attempt's
     message carries its own, so the project task of a call runs once.
     """
-    key = _key(run_id, tool_call_id)
+    key = key_of(run_id, tool_call_id)
     if key is None:
         return "INVALID_KEY"
     try:
@@ -245,7 +202,7 @@ def project_result(
     only reports the sealed outcome and never seals: a record found PROJECTING is another
     call's under the same ids, or the call's next attempt, and is left alone.
     """
-    key = _key(run_id, tool_call_id)
+    key = key_of(run_id, tool_call_id)
     if key is None:
         raise ToolCallFailed(ErrorCode.RECORD_NOT_FOUND.value)
     if report:
@@ -366,19 +323,18 @@ def wake_flow(tool: str) -> int:
         return 0
 
 
-@signals.task_failure.connect(sender=execute_tool)
-def _seal_when_retries_run_out(
+def seal_when_retries_run_out(
     sender: Any = None,
     task_id: str | None = None,
     exception: BaseException | None = None,
     args: Any = None,
     **_: Any,
 ) -> None:
-    """The worker process died under the tool more often than allowed: end the call now
-    rather than leave it to the reaper."""
+    """``task_failure`` of ``execute_tool``: the worker process died under the tool more often
+    than allowed; end the call now rather than leave it to the reaper."""
     if not isinstance(exception, WorkerLostError) or not args or len(args) != 2:
         return
-    key = _key(*args)
+    key = key_of(*args)
     if key is None:
         return
     try:
@@ -386,86 +342,3 @@ def _seal_when_retries_run_out(
     except StoreError:
         logger.error("could not seal %s WORKER_LOST; the reaper will", key.identity)
     logger.warning("call %s sealed WORKER_LOST after its retries ran out", key.identity)
-
-
-@signals.worker_init.connect
-def _run_tools_in_line(sender: Any = None, **_: Any) -> None:
-    """A worker on Celery's threads pool gets ``tasks.worker.pool.InlineThreadPool`` instead: the
-    same pool with the tool and projector on the task's own thread under a watchdog, rather
-    than a hand-off to a tool thread per step. (``worker_init`` fires before the worker
-    resolves its pool class.)"""
-    pool = getattr(sender, "pool_cls", None)
-    if pool is None:
-        return
-    try:
-        resolved = get_implementation(pool)
-    except Exception:
-        return  # Celery reports an unknown pool itself
-    if resolved is CeleryThreadPool:
-        sender.pool_cls = InlineThreadPool.for_worker(sender)
-
-
-@signals.worker_init.connect
-def _check_runtime(**_: Any) -> None:
-    """Stops the worker at start, not at its first call, when the registry cannot be loaded,
-    the broker's visibility timeout is not above every tool's timeout (exit 2), or the store,
-    broker or result backend still does not answer after ``STARTUP_ATTEMPTS`` (exit 3).
-
-    ``SystemExit``, because Celery logs and swallows a signal receiver's ``Exception``.
-    """
-    try:
-        runtime = get_runtime()
-        longest = runtime.registry.longest_timeout_s
-        if runtime.settings.visibility_timeout_s <= longest:
-            raise ConfigurationError(
-                f"visibility_timeout_s ({runtime.settings.visibility_timeout_s}) must exceed "
-                f"the longest tool timeout ({longest:.0f}s), or a second worker would run a "
-                "call that is still running"
-            )
-        wait_for_services(worker_services(runtime, app), runtime.settings.startup_attempts)
-        warnings = check_store_server(runtime.store, runtime.settings)
-    except ConfigurationError as exc:
-        # One line (the log's), then exit 2: a traceback would tell the operator nothing more.
-        logger.critical("tool-boundary worker cannot start: %s", exc.problem)
-        raise SystemExit(EXIT_USAGE) from None
-    except StartupUnavailable as exc:
-        logger.critical("tool-boundary worker cannot start: %s", exc.problem)
-        raise SystemExit(EXIT_UNAVAILABLE) from None
-    for warning in warnings:
-        logger.warning("tool-boundary worker: %s", warning)
-    limit_tool_threads(runtime.settings.max_tool_threads)
-    on_tool_threads_exhausted(_stop_taking_work)
-    logger.info(
-        "tool-boundary worker: %d tool(s), longest timeout %.0fs", len(runtime.registry), longest
-    )
-
-
-#: Set in a prefork pool's child processes.
-_in_pool_child = False
-
-
-@signals.worker_process_init.connect
-def _mark_pool_child(**_: Any) -> None:
-    """A prefork child runs its tools in line on its main thread (``tasks.worker.pool.ChildHost``).
-    The solo pool sends this signal too, in the worker's own main process: not a child, so
-    it keeps handing its tools to tool threads (an overdue run there cannot end a process)."""
-    global _in_pool_child
-    if current_process().name == "MainProcess":
-        return
-    _in_pool_child = True
-    run_inline_here(ChildHost())
-
-
-def _stop_taking_work(max_threads: int) -> None:
-    """Every tool thread is held by a hung tool (logged once by the tool threads): a prefork
-    child ends so its parent starts a fresh one; any other pool's worker shuts down warmly
-    (its running tasks end within their time limits) for its supervisor to restart it."""
-    if _in_pool_child:
-        # After the current task returns: the parent replaces the child.
-        signals.task_postrun.connect(_exit_child, weak=False)
-        return
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _exit_child(**_: Any) -> None:
-    os._exit(0)

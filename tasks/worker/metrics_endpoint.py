@@ -21,8 +21,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from celery import signals
-
 from boundary import RedisCanonicalStore, telemetry
 from boundary.flow import Flow
 from boundary.telemetry import Metric
@@ -149,17 +147,16 @@ class MetricsEndpoint:
 _endpoint: MetricsEndpoint | None = None
 
 
-@signals.worker_init.connect
-def _serve_metrics(**_: Any) -> None:
-    """Starts the endpoint in the worker's main process, before the pool starts (its
-    children inherit the sink), and lets the gauges read the store."""
+def serve_metrics(**_: Any) -> None:
+    """``worker_init``: starts the endpoint in the worker's main process, before the pool
+    starts (its children inherit the sink), and lets the gauges read the store."""
     global _endpoint
     from tasks.runtime import get_runtime
 
     try:
         runtime = get_runtime()
     except Exception:
-        # Bad settings: ``tasks.worker.calls._check_runtime`` stops the worker with one line; a
+        # Bad settings: ``tasks.worker.startup.check_runtime`` stops the worker with one line; a
         # traceback from here would only repeat it (or carry a URL).
         return
     flow = Flow(runtime.store, runtime.registry, None)
@@ -184,8 +181,8 @@ def _serve_metrics(**_: Any) -> None:
     logger.info("tool-boundary worker: /metrics on %s:%d", *_endpoint.address)
 
 
-@signals.worker_shutdown.connect
-def _stop_metrics(**_: Any) -> None:
+def stop_metrics(**_: Any) -> None:
+    """``worker_shutdown``: stops the endpoint."""
     global _endpoint
     if _endpoint is not None:
         _endpoint.stop()

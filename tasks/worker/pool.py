@@ -28,7 +28,7 @@ worker from ever exiting. This pool differs in those two points only:
 
 How many runs may be overdue at once is bounded by ``TOOL_BOUNDARY_MAX_TOOL_THREADS`` (as tool
 threads were): past it a run does not start, its call is sent again, and the worker stops
-taking work (``tasks.worker.calls._stop_taking_work``).
+taking work (``tasks.worker.pool_hooks.stop_taking_work``).
 """
 
 from __future__ import annotations

@@ -20,15 +20,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import signals
 from celery.concurrency.prefork import TaskPool
 
 logger = logging.getLogger(__name__)
 
 
-@signals.worker_ready.connect
-def _killed_children_do_not_fail_the_start(sender: Any = None, **_: Any) -> None:
-    """``worker_ready`` (sent by the consumer just before the check): the pool's
+def killed_children_do_not_fail_the_start(sender: Any = None, **_: Any) -> None:
+    """``worker_ready`` (sent by the consumer just before the check; connected in
+    ``tasks.worker.signals``): the pool's
     ``did_start_ok`` passes when every child that ended was killed by a signal."""
     pool = getattr(sender, "pool", None)
     if not isinstance(pool, TaskPool):

@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from celery import Celery, signals
+from celery import Celery
 
 from boundary import CanonicalKey
-from boundary.call_context import ProgressReport, set_progress_listener
+from boundary.call_context import ProgressReport
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,10 @@ class ProgressEvents:
 
     def attach_worker(self, worker: Any) -> None:
         self._worker, self._worker_pid = worker, os.getpid()
+
+    def on_worker_init(self, sender: Any = None, **_: Any) -> None:
+        """``worker_init``: the worker of this process is ``sender``."""
+        self.attach_worker(sender)
 
     @contextmanager
     def running(self, key: CanonicalKey, request: Any) -> Iterator[None]:
@@ -115,15 +119,3 @@ def progress_fields(report: ProgressReport) -> dict[str, Any]:
     }
     text = json.dumps(fields, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     return fields | {"result": text}
-
-
-def install(app: Celery) -> ProgressEvents:
-    """Makes this process's heartbeats into task events of ``app``'s workers."""
-    events = ProgressEvents(app)
-    set_progress_listener(events.on_progress)
-
-    def attach(sender: Any = None, **_: Any) -> None:
-        events.attach_worker(sender)
-
-    signals.worker_init.connect(attach, weak=False)
-    return events

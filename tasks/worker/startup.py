@@ -1,4 +1,5 @@
-"""A worker's start-up wait for its services: the store, the broker and the result backend.
+"""A worker's start-up check (``check_runtime``, at ``worker_init``) and its wait for its
+services: the store, the broker and the result backend.
 
 A worker started before its Redis, or given a wrong URL, tries each service
 ``TOOL_BOUNDARY_STARTUP_ATTEMPTS`` times (1 s apart, growing to 5 s), then stops with one line
@@ -16,10 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from boundary import BoundaryError, ErrorCode
-from tasks.runtime import Runtime
+from boundary import BoundaryError, ConfigurationError, ErrorCode
+from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
+from tasks.runtime import Runtime, get_runtime
 from tasks.settings import redis_location
+from tasks.wiring.app import app as worker_app
 from tasks.wiring.services import check_broker, check_result_backend
+from tasks.worker.server_check import check_store_server
 
 logger = logging.getLogger(__name__)
 
@@ -112,3 +116,36 @@ def _first_down(services: list[Service]) -> Service | None:
             # A driver's text may name the URL, password included: only the part is reported.
             return service
     return None
+
+
+def check_runtime(**_: Any) -> None:
+    """``worker_init``: stops the worker at start, not at its first call, when the registry
+    cannot be loaded, the broker's visibility timeout is not above every tool's timeout
+    (exit 2), or the store, broker or result backend still does not answer after
+    ``STARTUP_ATTEMPTS`` (exit 3).
+
+    ``SystemExit``, because Celery logs and swallows a signal receiver's ``Exception``.
+    """
+    try:
+        runtime = get_runtime()
+        longest = runtime.registry.longest_timeout_s
+        if runtime.settings.visibility_timeout_s <= longest:
+            raise ConfigurationError(
+                f"visibility_timeout_s ({runtime.settings.visibility_timeout_s}) must exceed "
+                f"the longest tool timeout ({longest:.0f}s), or a second worker would run a "
+                "call that is still running"
+            )
+        wait_for_services(worker_services(runtime, worker_app), runtime.settings.startup_attempts)
+        warnings = check_store_server(runtime.store, runtime.settings)
+    except ConfigurationError as exc:
+        # One line (the log's), then exit 2: a traceback would tell the operator nothing more.
+        logger.critical("tool-boundary worker cannot start: %s", exc.problem)
+        raise SystemExit(EXIT_USAGE) from None
+    except StartupUnavailable as exc:
+        logger.critical("tool-boundary worker cannot start: %s", exc.problem)
+        raise SystemExit(EXIT_UNAVAILABLE) from None
+    for warning in warnings:
+        logger.warning("tool-boundary worker: %s", warning)
+    logger.info(
+        "tool-boundary worker: %d tool(s), longest timeout %.0fs", len(runtime.registry), longest
+    )

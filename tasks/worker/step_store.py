@@ -8,6 +8,9 @@ it failed, so a tool that ran is never run again for a store blip: its raw respo
 once the store answers, or, past the retries, the step gives up and the reaper retries or
 ends the call as its tool's policy says.
 
+``retrying`` retries one store operation the same way, for the tasks' other reads and writes
+(a Celery retry would write a traceback into the result backend).
+
 The heartbeat is not retried: a tool makes it often, and it gives up at once by design (the
 next one tries again).
 """
@@ -15,12 +18,37 @@ next one tries again).
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+from boundary import StoreError
 from boundary.store import CanonicalStore
 
 T = TypeVar("T")
+
+#: Attempts at a store operation inside a task before giving up on it: 3.5 s in all, longer
+#: than a Sentinel failover (2.2-2.5 s measured), so a tool that ends during one keeps its
+#: result instead of ending WORKER_LOST.
+STORE_ATTEMPTS = 4
+#: Pause between those attempts, seconds (doubles each time).
+STORE_RETRY_DELAY_S = 0.5
+
+
+def retrying(step: Callable[[], T]) -> T:
+    """Retries ``step`` on store errors inside the task (a Celery retry would write a
+    traceback into the result backend)."""
+    delay = STORE_RETRY_DELAY_S
+    for attempt in range(1, STORE_ATTEMPTS + 1):
+        try:
+            return step()
+        except StoreError:
+            if attempt == STORE_ATTEMPTS:
+                raise
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
 
 #: Store operations made once (the caller copes with a failure).
 _ONCE = frozenset({"heartbeat"})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import signals
 from opentelemetry import trace
 
 
@@ -31,10 +30,9 @@ class TraceIds(logging.Filter):
 _filter = TraceIds()
 
 
-@signals.after_setup_logger.connect
-@signals.after_setup_task_logger.connect
-def _add_trace_ids(logger: logging.Logger | None = None, **_: Any) -> None:
-    """On the handlers the worker set up (pool children inherit them)."""
+def add_trace_ids(logger: logging.Logger | None = None, **_: Any) -> None:
+    """``after_setup_logger``, ``after_setup_task_logger``: the filter goes on the handlers
+    the worker set up (pool children inherit them)."""
     for handler in logger.handlers if logger is not None else ():
         if _filter not in handler.filters:
             handler.addFilter(_filter)

@@ -17,8 +17,8 @@ from celery import Celery
 from typer.testing import CliRunner
 
 import tasks.cli.main
-import tasks.worker.calls
 import tasks.worker.runs
+import tasks.worker.step_store
 from boundary import (
     EvidenceStatus,
     InProcessDispatcher,
@@ -30,7 +30,9 @@ from boundary import (
 from boundary.store import keys
 from tasks.cli.main import EXIT_OK, EXIT_UNAVAILABLE, cli
 from tasks.settings import Settings
-from tasks.worker.runs import ReprojectError, observe_run, project_run, project_runs, reproject
+from tasks.views import observe_run
+from tasks.wiring.reproject import ReprojectError, reproject
+from tasks.worker.runs import project_run, project_runs
 from tests.celery_tools import registry
 from tests.conftest import BACKEND_DB, BROKER_DB, STORE_DB, redis_url
 from tests.helpers import binary_client
@@ -152,7 +154,7 @@ def unreachable_store(monkeypatch: pytest.MonkeyPatch) -> None:
         "redis://:hunter2-pw@127.0.0.1:1/0", socket_connect_timeout=0.2
     )
     monkeypatch.setattr(tasks.worker.runs, "get_runtime", lambda: SimpleNamespace(store=store))
-    monkeypatch.setattr(tasks.worker.calls, "STORE_RETRY_DELAY_S", 0.01)
+    monkeypatch.setattr(tasks.worker.step_store, "STORE_RETRY_DELAY_S", 0.01)
 
 
 @pytest.mark.usefixtures("unreachable_store")

@@ -11,7 +11,7 @@ from pathlib import Path
 import redis
 
 from boundary import RedisCanonicalStore, ToolBoundary, ToolRegistry
-from tasks.worker.runs import observe_run, observe_runs
+from tasks.views import observe_run, observe_runs
 from tests.celery.workers import ROOT
 from tests.conftest import STORE_DB, redis_url
 from tests.helpers import RUN_ID, create_projecting, envelope, make_run, register

@@ -26,7 +26,7 @@ from boundary import (
 )
 from boundary.limits import canonical_json, utf8_size
 from boundary.store import keys
-from tasks.worker.runs import observe_run
+from tasks.views import observe_run
 from tests.conftest import STORE_DB
 from tests.helpers import (
     RUN_ID,
