@@ -4,6 +4,22 @@
 ``projectors``, no agent SDK (an adapter loads its SDK when its tools are made). Its import
 graph, read from the source (imports under ``TYPE_CHECKING`` and inside functions count too),
 has no circle, and no module imports another module's private (``_x``) names.
+
+``tasks/`` is in rooms by who runs them, each on a floor; every import points to the same
+floor or one below (``TASKS_FLOORS``), and its import graph has no circle:
+
+0. ``settings``, ``exits``, ``runtime``, ``views``: what every room below shares (and
+   ``adapters/``, deprecated aliases of ``boundary.adapters`` kept at their old path).
+1. ``wiring/``: how a call travels through Celery, for callers and workers alike.
+2. ``worker/``: what runs only inside a worker (task bodies, hooks, pool, start-up checks).
+3. ``tasks/__init__.py``: ``celery -A tasks``, the app with its tasks and hooks.
+4-7. The programs, each its own floor, so that no two import each other: ``mcp_server/``;
+   ``web/`` (takes the MCP server's loopback rule); ``demo/`` (serves the web view);
+   ``cli/`` (starts every program).
+
+A new module of ``tasks/`` must be given a floor here before the test passes. ``bench/``'s
+import graph has no circle either, and no module of ``boundary/``, ``projectors/`` or
+``tasks/`` imports ``bench`` or ``tests``.
 """
 
 from __future__ import annotations
@@ -129,8 +145,9 @@ def circle_in(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_import_graph_of_boundary_has_no_circle() -> None:
-    circle = circle_in(graph_of(modules_of("boundary")))
+@pytest.mark.parametrize("package", ["boundary", "tasks", "bench"])
+def test_the_import_graph_has_no_circle(package: str) -> None:
+    circle = circle_in(graph_of(modules_of(package)))
     assert circle is None, " -> ".join(circle)
 
 
@@ -163,3 +180,69 @@ def private_imports(checked: dict[str, Path], known: dict[str, Path]) -> Iterato
 def test_no_module_imports_a_private_name_of_another(package: str) -> None:
     known = {name: path for p in PACKAGES for name, path in modules_of(p).items()}
     assert list(private_imports(modules_of(package), known)) == []
+
+
+# --- tasks/ by floors, bench/ and the packages above the library ----------------------------
+
+#: The floors of ``tasks/``: a module's floor is that of the longest prefix naming it
+#: (``tasks`` itself: the package's ``__init__`` only).
+TASKS_FLOORS: dict[str, int] = {
+    "tasks.settings": 0,
+    "tasks.exits": 0,
+    "tasks.runtime": 0,
+    "tasks.views": 0,
+    "tasks.adapters": 0,
+    "tasks.wiring": 1,
+    "tasks.worker": 2,
+    "tasks": 3,
+    "tasks.mcp_server": 4,
+    "tasks.web": 5,
+    "tasks.demo": 6,
+    "tasks.cli": 7,
+}
+
+
+def floor_of(module: str, floors: dict[str, int]) -> int | None:
+    """The floor of ``module``: its longest prefix in ``floors`` (``None``: not placed)."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in floors and (n > 1 or module == prefix):
+            return floors[prefix]
+    return None
+
+
+def upward_imports(edges: dict[str, set[str]], floors: dict[str, int]) -> Iterator[str]:
+    """Each module without a floor, and each import from a floor to a higher one."""
+    for module, targets in sorted(edges.items()):
+        floor = floor_of(module, floors)
+        if floor is None:
+            yield f"{module} has no floor (add it to TASKS_FLOORS)"
+            continue
+        for target in sorted(targets):
+            up = floor_of(target, floors)
+            if up is not None and up > floor:
+                yield f"{module} (floor {floor}) imports {target} (floor {up})"
+
+
+def test_every_module_of_tasks_has_a_floor_and_imports_none_above_it() -> None:
+    assert list(upward_imports(graph_of(modules_of("tasks")), TASKS_FLOORS)) == []
+
+
+def test_the_floor_check_finds_an_import_up_and_a_module_without_a_floor() -> None:
+    edges = {"tasks.web.app": {"tasks.cli.common"}, "tasks.cli.common": set(), "tasks.x": set()}
+    assert list(upward_imports(edges, TASKS_FLOORS)) == [
+        "tasks.web.app (floor 5) imports tasks.cli.common (floor 7)",
+        "tasks.x has no floor (add it to TASKS_FLOORS)",
+    ]
+
+
+@pytest.mark.parametrize("package", ["boundary", "projectors", "tasks"])
+def test_the_library_and_its_programs_import_no_bench_or_tests(package: str) -> None:
+    found = [
+        f"{module} imports {base}"
+        for module, path in modules_of(package).items()
+        for base, _ in imports_of(module, path)
+        if base.split(".")[0] in ("bench", "tests")
+    ]
+    assert found == []
