@@ -5,8 +5,8 @@ For operators (the Harness side): ``show --raw`` prints a raw tool response. Eve
 reads the ``TOOL_BOUNDARY_*`` settings, has ``--json`` for scripts, and exits with one of the
 ``EXIT_*`` codes below; a failure prints one line on stderr, never a traceback.
 
-The commands live in ``tasks.cli`` by concern; ``reproject`` stays here, with the console
-script's entry point (``main``: Ctrl-C and unexpected errors).
+The commands live beside it in ``tasks.cli``, by concern; ``reproject`` stays here, with the
+console script's entry point (``main``: Ctrl-C and unexpected errors).
 """
 
 from __future__ import annotations
