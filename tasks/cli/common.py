@@ -1,5 +1,6 @@
 """What every ``tool-boundary`` command shares: settings and store, one-line failures with
-their exit codes, and output that is safe on an operator's terminal."""
+their exit codes, and output that is safe on an operator's terminal (``printable``, from
+``tasks.views``, which the web view and the demo share)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from boundary import RedisCanonicalStore, StoreError, StoreUnavailable
 from boundary.models import is_safe_id
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.settings import InvalidSettings, Settings, load_settings, redis_location
-from tasks.views import printable
+from tasks.views import printable as printable  # noqa: PLC0414 (the commands take it here)
 from tasks.wiring.reproject import ReprojectError
 from tasks.wiring.services import ServiceUnavailable
 

@@ -19,13 +19,14 @@ from tasks.cli.common import (
     dumps,
     fail,
     open_store,
+    printable,
     reaching,
     settings_or_fail,
 )
 from tasks.exits import EXIT_NOT_FOUND, EXIT_USAGE
 from tasks.runtime import registry_or_empty
 from tasks.settings import Settings
-from tasks.views import limits_view, printable
+from tasks.views import limits_view
 
 limits_app = typer.Typer(
     name="limits",

@@ -26,12 +26,13 @@ from tasks.cli.common import (
     open_store,
     parsed,
     pretty,
+    printable,
     reaching,
     require_id,
     settings_or_fail,
 )
 from tasks.exits import EXIT_NOT_FOUND
-from tasks.views import call_view, compact, observe_run, printable, progress_of
+from tasks.views import call_view, compact, observe_run, progress_of
 
 #: Display of a record's JSON fields: cut past this many characters (``--json`` never cuts).
 SHOW_CELL_CHARS = 2000

@@ -19,12 +19,13 @@ from tasks.cli.common import (
     dumps,
     fail,
     open_store,
+    printable,
     reaching,
     require_id,
     settings_or_fail,
 )
 from tasks.exits import EXIT_NOT_FOUND
-from tasks.views import call_view, printable, progress_of
+from tasks.views import call_view, progress_of
 
 #: Seconds between two reads of the run (``--interval``).
 DEFAULT_INTERVAL_S = 0.5

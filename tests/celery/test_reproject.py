@@ -16,7 +16,7 @@ import redis
 from celery import Celery
 from typer.testing import CliRunner
 
-import tasks.cli.main
+import tasks.cli.reproject
 import tasks.worker.runs
 import tasks.worker.step_store
 from boundary import (
@@ -318,7 +318,7 @@ def test_runs_whose_results_never_come_are_reported_timed_out(
     # Given a batch sent where no worker listens
     write_run(local, "run-a")
     unheard = functools.partial(reproject, queue=NOBODY_QUEUE)
-    monkeypatch.setattr(tasks.cli.main, "reproject", unheard)
+    monkeypatch.setattr(tasks.cli.reproject, "reproject", unheard)
     try:
         # When it is reprocessed with a short wait
         started = time.monotonic()
