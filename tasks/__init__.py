@@ -26,7 +26,7 @@ if os.path.basename(sys.argv[0]) == "tool-boundary":
     # nothing. ``tasks.cli.main.main`` installs the commands' handler.
     signal.signal(signal.SIGINT, _interrupted_while_loading)
 
-# The tasks, registered, and every worker hook, connected once (tasks.worker.signals).
+# Every worker hook, connected once (tasks.worker.signals); below, the tasks' modules.
 import tasks.worker.signals  # noqa: E402, F401
 from tasks.runtime import exit_on_invalid_settings  # noqa: E402
 from tasks.wiring.app import app, configure  # noqa: E402

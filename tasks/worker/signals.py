@@ -1,8 +1,8 @@
 """Every hook of a worker, connected here once, in the order each signal runs them.
 
-Imported by ``tasks/__init__.py`` right after the tasks are registered (``celery -A tasks``
-loads it; so does every process that imports ``tasks``: the hooks only fire in a worker, and
-the progress listener only sends events once a worker attached itself). Each hook's body lives
+Imported once, by ``tasks/__init__.py``, with the task modules (``celery -A tasks`` loads it;
+so does every process that imports ``tasks``: the hooks only fire in a worker, and the
+progress listener only sends events once a worker attached itself). Each hook's body lives
 with what it is about; this module only says which signal runs it, and when.
 
 Celery runs a signal's receivers in the order they were connected, and a ``SystemExit`` from
