@@ -1,4 +1,5 @@
-"""A process that makes one call, for the races between processes (``test_replay.py``).
+"""A process that makes one call, for the races between processes
+(``test_replay_across_processes.py``).
 
 ``python -m tests.celery.same_id RUN_ID CALL_ID ARGS_JSON READY_PATH GO_PATH REPLAY``: builds
 the boundary from its ``TOOL_BOUNDARY_*`` environment, creates READY_PATH once connected,
