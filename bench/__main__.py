@@ -2,6 +2,6 @@
 
 import sys
 
-from bench.run import main
+from bench.suite.run import main
 
 sys.exit(main())

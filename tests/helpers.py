@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from bench.fixtures import NOOP_CALL
+from bench.suite.fixtures import NOOP_CALL
 from boundary import (
     CanonicalKey,
     EvidenceStatus,

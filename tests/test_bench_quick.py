@@ -33,7 +33,7 @@ def _quick_run(out: Path) -> dict[str, Any]:
         f"redis://{REDIS_HOST}:{REDIS_PORT}",
         "--out",
         str(out),
-        # B1 also measures the ablation (bench.inline), so its worker cannot rot either.
+        # B1 also measures the ablation (bench.peers.inline), so its worker cannot rot either.
         "--ablate",
         # Locally a full benchmark may be running on the same DBs: skip rather than wait.
         "--lock-wait",

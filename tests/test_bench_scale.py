@@ -1,6 +1,6 @@
-"""``python -m bench.ceiling`` and ``python -m bench.scaling`` with tiny sizes, so the measures
-behind docs/SCALING.md cannot rot: every figure is there and positive, the store steps the
-ceiling drives leave sealed records behind them (they are the store's real scripts), and the
+"""``python -m bench.studies.ceiling`` and ``python -m bench.studies.scaling`` with tiny sizes, so
+the measures behind docs/SCALING.md cannot rot: every figure is there and positive, the store steps
+the ceiling drives leave sealed records behind them (they are the store's real scripts), and the
 bench's DBs are left empty. No timing is checked."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import redis
 
-from bench.ceiling import CALLS_PER_RUN, Driver
-from bench.config import BROKER_DB, STORE_DB
+from bench.studies.ceiling import CALLS_PER_RUN, Driver
+from bench.suite.config import BROKER_DB, STORE_DB
 from boundary.store import keys
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
 
@@ -77,7 +77,7 @@ def test_ceiling_reports_calls_and_redis_cpu_per_call_for_both_modes() -> None:
     require_service("Redis", REDIS_HOST, REDIS_PORT)
 
     got = _run(
-        "bench.ceiling",
+        "bench.studies.ceiling",
         "--processes",
         "1,2",
         "--seconds",
@@ -101,7 +101,7 @@ def test_scaling_reports_each_worker_count(tmp_path: Path) -> None:
     require_service("Redis", REDIS_HOST, REDIS_PORT)
 
     got = _run(
-        "bench.scaling",
+        "bench.studies.scaling",
         "--workers",
         "1,2",
         "--concurrency",
@@ -127,12 +127,12 @@ def test_scaling_reports_each_worker_count(tmp_path: Path) -> None:
 
 
 def test_onehop_measures_both_workers_in_pairs(tmp_path: Path) -> None:
-    # Given our worker and the one-hop proposal's (the project step in line, bench.onehop)
+    # Given our worker and the one-hop proposal's (the project step in line, bench.studies.onehop)
     require_service("Redis", REDIS_HOST, REDIS_PORT)
 
     # When both are measured with tiny sizes
     got = _run(
-        "bench.onehop",
+        "bench.studies.onehop",
         "--pools",
         "threads:2",
         "--calls",

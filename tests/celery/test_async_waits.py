@@ -26,8 +26,8 @@ import pytest
 import redis
 from celery import Celery
 
-from bench.event_loop import step_cpu_times
-from bench.event_loop import ticker as tick
+from bench.suite.event_loop import step_cpu_times
+from bench.suite.event_loop import ticker as tick
 from boundary import (
     CanonicalKey,
     InProcessDispatcher,

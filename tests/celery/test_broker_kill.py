@@ -2,8 +2,8 @@
 is SIGKILLed and started again on the same port 5 s later. On kombu's own transport a threads
 worker logged "Restoring 6 unacknowledged message(s)", then "Unrecoverable error:
 AttributeError('NoneType' object has no attribute 'hostname')" and exited. Here it keeps
-running, its calls end READY and it serves a call sent afterwards (``bench.chaos.broker_kill``
-is the same recipe as a script)."""
+running, its calls end READY and it serves a call sent afterwards
+(``bench.studies.chaos.broker_kill`` is the same recipe as a script)."""
 
 from __future__ import annotations
 

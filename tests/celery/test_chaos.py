@@ -1,4 +1,4 @@
-"""A short chaos run (``bench.chaos``, fixed seed): its own redis-servers, a threads and a
+"""A short chaos run (``bench.studies.chaos``, fixed seed): its own redis-servers, a threads and a
 prefork worker, beat, sync and async callers, and every kind of fault once (servers killed
 with and without AOF, paused, full; workers and a prefork child killed). Once the system has
 settled, nothing accepted is lost or stuck, no worker exited unplanned and no slot is held.
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos.report import summary
-from bench.chaos.run import chaos
-from bench.chaos.servers import PortRange
+from bench.rig.servers import PortRange
+from bench.studies.chaos.report import summary
+from bench.studies.chaos.run import chaos
 from tests.servers import free_port, redis_server_binary, release_port
 
 #: Minutes of load and faults: one round of the ten fault kinds.

@@ -1,11 +1,11 @@
 """The event loop's work per async call does not grow with the number of calls in flight.
 
-Counted, never timed: the loop's steps (``asyncio.Handle._run`` calls, as ``bench/event_loop.py``
-wraps it) and the Redis commands the loop's thread sends, per call, with 20 and with 400
-``ainvoke`` calls in flight through a real worker. Work per call that grows with the calls in
-flight (a task spinning on ``sleep(0)`` while it waits its turn, a scan of every waiter per
-message, one wake-up of every waiter per connection handed back) makes the per-call figure at
-400 many times the one at 20; a constant per-call cost keeps them equal, give or take the
+Counted, never timed: the loop's steps (``asyncio.Handle._run`` calls, as
+``bench/suite/event_loop.py`` wraps it) and the Redis commands the loop's thread sends, per call,
+with 20 and with 400 ``ainvoke`` calls in flight through a real worker. Work per call that grows
+with the calls in flight (a task spinning on ``sleep(0)`` while it waits its turn, a scan of every
+waiter per message, one wake-up of every waiter per connection handed back) makes the per-call
+figure at 400 many times the one at 20; a constant per-call cost keeps them equal, give or take the
 batching of a busier loop."""
 
 from __future__ import annotations

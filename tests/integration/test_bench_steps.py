@@ -1,11 +1,11 @@
-"""``python -m bench.steps`` (a call's two worker steps in one process, tool threads against
+"""``python -m bench.studies.steps`` (a call's two worker steps in one process, tool threads against
 the calling thread; quoted in bench/README.md) runs against a real Redis and leaves no key."""
 
 from __future__ import annotations
 
 import redis
 
-from bench.steps import measure
+from bench.studies.steps import measure
 from tests.conftest import REDIS_HOST, REDIS_PORT, STORE_DB, redis_url, require_service
 
 

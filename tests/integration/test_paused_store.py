@@ -5,7 +5,7 @@ answers nothing): a submit, an outcome read and a heartbeat each give up on thei
 Each call runs on a thread while the server stays paused; the test waits for it at most
 ``GIVE_UP_S`` (a call that waited for Redis would never return while it is paused), then
 checks what it answered, then resumes the server. How long each took is bench figures
-(``python -m bench.chaos.paused``), not asserted here.
+(``python -m bench.studies.chaos.paused``), not asserted here.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 
 import jsonschema
 
-from bench.mcp_server import ROOT, server_command
+from bench.rig.mcp_server import ROOT, server_command
 
 SCHEMA_PATH = Path(__file__).parent / "fixtures" / "schema-2025-11-25.json"
 REVISION = "2025-11-25"

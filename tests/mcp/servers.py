@@ -12,7 +12,7 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from bench.mcp_server import ROOT, HttpServer, server_command
+from bench.rig.mcp_server import ROOT, HttpServer, server_command
 from tasks.mcp_server.client import TasksExtension
 from tests.celery.workers import settings_env
 from tests.conftest import celery_test_settings

@@ -15,7 +15,7 @@ import pytest
 import redis
 from mcp import Client, StdioServerParameters
 
-from bench.mcp_server import ROOT, server_command
+from bench.rig.mcp_server import ROOT, server_command
 from boundary import CanonicalKey, ErrorCode, InvocationStatus, RedisCanonicalStore, RunContext
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.tasks_2025 import RELATED_TASK_META

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import redis
 
-from bench.mcp_server import ROOT, server_command
+from bench.rig.mcp_server import ROOT, server_command
 from boundary import CanonicalKey, ErrorCode, InvocationStatus, RedisCanonicalStore, RunContext
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.issuer import serving_issuer

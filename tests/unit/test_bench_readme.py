@@ -1,5 +1,5 @@
 """bench/README.md's tables are generated from the committed per-run JSON
-(``python -m bench.readme``): a stale table fails here."""
+(``python -m bench.reports.readme``): a stale table fails here."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import readme
+from bench.reports import readme
 
 
 def test_committed_readme_tables_match_the_committed_runs() -> None:
@@ -18,8 +18,8 @@ def test_committed_readme_tables_match_the_committed_runs() -> None:
     # When every generated block is rendered again
     fresh = readme.render(text)
 
-    # Then nothing changes (else: python -m bench.readme, and commit the result)
-    assert fresh == text, "bench/README.md is stale: run python -m bench.readme"
+    # Then nothing changes (else: python -m bench.reports.readme, and commit the result)
+    assert fresh == text, "bench/README.md is stale: run python -m bench.reports.readme"
     assert "<!-- bench:table" in text
 
 
@@ -129,7 +129,7 @@ def test_the_b7_tables_render_runs_from_before_and_after_the_stall_levels(
 
 def test_the_b7_figures_and_targets_come_from_the_stall_levels() -> None:
     # Given a B7 result with stall levels
-    from bench.report import figures, targets
+    from bench.reports.report import figures, targets
 
     results = _b7_run(levels=True)["results"]
     assert isinstance(results, dict)

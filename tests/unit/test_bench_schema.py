@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.schema_validation import measure
+from bench.studies.schema_validation import measure
 
 
 def test_the_schema_benchmark_measures_every_side() -> None:

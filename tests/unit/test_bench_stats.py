@@ -1,15 +1,15 @@
 """The bench's spreads: every ratio is quoted as the median of its pairs with min-max, and
-flagged noisy past a 10 % spread (``bench.stats``, ``bench.b2_latency.block_ratios``,
-``bench.report``)."""
+flagged noisy past a 10 % spread (``bench.reports.stats``, ``bench.suite.b2_latency.block_ratios``,
+``bench.reports.report``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.b2_latency import block_ratios
-from bench.report import targets
-from bench.spreads import spreads
-from bench.stats import NOISY_SPREAD, quoted, spread
+from bench.reports.report import targets
+from bench.reports.spreads import spreads
+from bench.reports.stats import NOISY_SPREAD, quoted, spread
+from bench.suite.b2_latency import block_ratios
 
 
 def test_a_spread_within_ten_percent_is_not_noisy_and_one_past_it_is() -> None:

@@ -1,5 +1,5 @@
-"""``python -m bench.telemetry_hooks`` runs and reports each mode's CPU per call (the figures
-themselves are not asserted: no test asserts on timing)."""
+"""``python -m bench.studies.telemetry_hooks`` runs and reports each mode's CPU per call (the
+figures themselves are not asserted: no test asserts on timing)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench import telemetry_hooks
+from bench.studies import telemetry_hooks
 
 
 def test_the_hooks_bench_reports_every_mode(capsys: pytest.CaptureFixture[str]) -> None:

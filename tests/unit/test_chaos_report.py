@@ -1,10 +1,10 @@
-"""The chaos run's count of duplicate executions (``bench.chaos.report.duplicates``): what the
-retry policies and a killed process allow, and what they do not."""
+"""The chaos run's count of duplicate executions (``bench.studies.chaos.report.duplicates``): what
+the retry policies and a killed process allow, and what they do not."""
 
 from __future__ import annotations
 
-from bench.chaos.report import duplicates
-from bench.chaos.tools import LONG, SHORT
+from bench.studies.chaos.report import duplicates
+from bench.studies.chaos.tools import LONG, SHORT
 
 CALL = ("run-1", "c1")
 

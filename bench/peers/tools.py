@@ -1,0 +1,31 @@
+"""The no-op tool the benchmark calls: read-only, answers at once, projects to a tiny result.
+
+Workers load it with ``TOOL_BOUNDARY_TOOLS=bench.peers.tools:registry``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from boundary import EvidenceStatus, Projection, ToolRegistry, ToolSpec
+
+#: The tool's name in the registry and in every benchmark call.
+NOOP = "noop"
+#: What the no-op tool answers (its raw response).
+RAW: dict[str, Any] = {"ok": True}
+
+
+def noop(arguments: dict[str, Any]) -> dict[str, Any]:
+    return RAW
+
+
+class NoopProjector:
+    """Passes the tiny raw response through as the agent result."""
+
+    def project(self, raw: Any, request: dict[str, Any]) -> Projection:
+        return Projection(evidence_status=EvidenceStatus.EVIDENCE_FOUND, result=raw)
+
+
+registry = ToolRegistry(
+    [ToolSpec(name=NOOP, executor=noop, projector=NoopProjector(), read_only=True, timeout_s=30)]
+)

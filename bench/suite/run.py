@@ -1,0 +1,390 @@
+"""``python -m bench``: starts its own workers against a real Redis, measures B1-B6 in one
+run, and writes the report (JSON, a PNG chart of B1 and B2, a Markdown summary)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.reports.report import figures, print_table, write_outputs
+from bench.reports.stats import quoted
+from bench.rig.workers import WorkerProcess, running
+from bench.suite import (
+    b1_throughput,
+    b2_latency,
+    b3_commands,
+    b4_observe,
+    b5_reprocess,
+    b6_memory,
+    b6_scale,
+    b7_async,
+    dbos_compare,
+)
+from bench.suite.config import (
+    DEFAULT_REDIS_URL,
+    FULL,
+    OWN_DBS,
+    QUICK,
+    Pool,
+    Sizes,
+    add_projection_argument,
+    bench_settings,
+    db_url,
+    parse_pools,
+)
+from bench.suite.counting import CountingConnection
+from bench.suite.fixtures import ensure_scripts
+from bench.suite.lock import Busy, exclusive
+from bench.suite.meta import load, machine
+from bench.suite.sides import Bare, BareOne, Defaults, Inline, Ours, Side, make_store
+
+ROOT = Path(__file__).resolve().parents[2]
+PHASES = ("b1", "b2", "b3", "b4", "b5", "b6", "b6s", "b7")
+#: Seconds a run waits for another one on the same Redis server (they share DBs 3-5).
+DEFAULT_LOCK_WAIT_S = 900.0
+#: Exit status when that wait runs out (EX_TEMPFAIL).
+EXIT_BUSY = 75
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--redis-url", default=DEFAULT_REDIS_URL, help="Redis server; the bench uses DBs 3, 4, 5"
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke run: small N, one pool")
+    parser.add_argument("--json", action="store_true", help="print one JSON document to stdout")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "out", help="where the report is written"
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="also write the run's JSON here, e.g. bench/results/final/run1.json, for "
+        "python -m bench.reports.readme to quote",
+    )
+    parser.add_argument("--only", default=",".join(PHASES), help="phases to run, e.g. b1,b2")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile submit (pyinstrument) and the workers (py-spy, if installed)",
+    )
+    parser.add_argument(
+        "--ablate",
+        action="store_true",
+        help="B1 also measures ours with tools and projectors run on the task's thread (no "
+        "time limit; bench.peers.inline): what the time limits' thread hand-offs cost",
+    )
+    dbos_compare.add_arguments(parser)
+    add_projection_argument(parser)
+    parser.add_argument("--pools", type=parse_pools, help="B1/B2 pools, e.g. threads:8,prefork:2")
+    parser.add_argument("--calls", type=int, help="B1 calls a side per repetition")
+    parser.add_argument("--repetitions", type=int, help="B1 repetitions per pool")
+    parser.add_argument("--b5-runs", type=int, help="B5 runs to reprocess")
+    parser.add_argument("--b6-records", type=int, help="B6 at scale: sealed records written")
+    parser.add_argument(
+        "--b7-runs",
+        type=int,
+        help="B7: runs of the smallest stall count repeated (e.g. 10: the 60-call target)",
+    )
+    parser.add_argument(
+        "--b7-levels",
+        type=lambda text: tuple(int(n) for n in text.split(",")),
+        help="B7: in-flight counts of the stall measurement, e.g. 60,200,1000",
+    )
+    parser.add_argument(
+        "--lock-wait",
+        type=float,
+        default=DEFAULT_LOCK_WAIT_S,
+        help="seconds to wait for another benchmark run on the same Redis to finish",
+    )
+    return parser.parse_args(argv)
+
+
+def reachable(url: str) -> bool:
+    try:
+        with redis.Redis.from_url(db_url(url, OWN_DBS[0]), socket_connect_timeout=2) as client:
+            client.ping()
+    except (redis.RedisError, ValueError):
+        return False
+    return True
+
+
+def flush_own_dbs(url: str) -> None:
+    """FLUSHDB on the bench's DBs only: the server's other DBs belong to others."""
+    for db in OWN_DBS:
+        with redis.Redis.from_url(db_url(url, db)) as client:
+            client.flushdb()
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so every worker the bench started is stopped."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+class Bench:
+    """One run: for each pool, both workers up, B1 and B2 (and, on the first pool, B3 and
+    B5); then B4 and B6, which need no worker."""
+
+    def __init__(self, args: argparse.Namespace, sizes: Sizes) -> None:
+        self.args = args
+        self.sizes = sizes
+        self.phases = set(args.only.split(","))
+        self.settings = bench_settings(args.redis_url, project_in_line=args.project_in_line)
+        store = make_store(self.settings, connection_class=CountingConnection)
+        self.ours = Ours(self.settings, store=store)
+        self.bare = Bare(self.settings)
+        self.defaults = Defaults(self.settings)
+        #: The fair peer first: B1's ``ratio`` and B2's ratios are against it. The one-task
+        #: peer is the fair peer of a call projected in line (``bare_one_ratio``).
+        self.peers: list[Side] = [self.bare, self.defaults, BareOne(self.settings)]
+        #: A client of the Redis server, whose CPU B1 measures (INFO cpu).
+        self.server = redis.Redis.from_url(args.redis_url)
+        #: B1 only: the ablation, measured as one more peer (``inline_ratio``).
+        self.ablations: list[Side] = [Inline(self.settings, store=store)] if args.ablate else []
+        self.results: dict[str, Any] = {"b1": {}, "b2": {}}
+        #: ``--peers dbos``: DBOS's sides, entered for the run (its database).
+        self.dbos: dbos_compare.DbosPeers | None = None
+        if "dbos" in args.peers:
+            self.phases.add("dbos")
+            self.dbos = dbos_compare.DbosPeers(args.pg_url, args.pg_db_prefix, args.out / "logs")
+            self.results["dbos"] = {}
+
+    def run(self) -> dict[str, Any]:
+        began = time.monotonic()
+        ensure_scripts(self.ours.store)
+        if self.phases & {"b1", "b2", "b3", "b5", "b7", "dbos"}:
+            # B3, B5 and B7 run on the first pool only: the others are started for B1/B2.
+            pools = self.sizes.pools
+            if not self.phases & {"b1", "b2", "dbos"}:
+                pools = pools[:1]
+            with self.dbos or nullcontext():
+                for index, pool in enumerate(pools):
+                    self.on_pool(pool, first=index == 0)
+        if "b4" in self.phases:
+            log("B4: observe on a 100-call run")
+            self.results["b4"] = b4_observe.observe(self.ours, self.sizes.b4_samples)
+        if "b6" in self.phases:
+            log("B6: memory per record")
+            self.results["b6"] = b6_memory.memory(self.ours.store, self.sizes.b6_raw_sizes)
+        if "b6s" in self.phases:
+            log(f"B6 at scale: {self.sizes.b6_records:,} records")
+            # On a store of its own: it counts every run the store holds (B4's and B6's too).
+            # FLUSHDB keeps the server's loaded scripts, which its pipelines need.
+            self.ours.store.client.flushdb()
+            self.results["b6_scale"] = b6_scale.scale(self.ours.store, self.sizes.b6_records)
+            # ASYNC: a million keys take longer to free than the store's socket timeout.
+            self.ours.store.client.flushdb(asynchronous=True)
+            ensure_scripts(self.ours.store)
+        self.results["seconds"] = time.monotonic() - began
+        return self.results
+
+    def _worker(self, side: Side, pool: Pool) -> WorkerProcess:
+        return WorkerProcess(
+            module=side.module,
+            name=side.name,
+            app=side.app,
+            settings=self.settings,
+            pool=pool,
+            queues=side.queues,
+            log_dir=self.args.out / "logs",
+        )
+
+    def on_pool(self, pool: Pool, *, first: bool) -> None:
+        sides: list[Side] = [self.ours]
+        if self.phases - {"dbos", "b4", "b6", "b6s"}:
+            sides += [*self.peers, *self.ablations]
+        log(f"{pool.label}: starting the workers of {len(sides)} sides")
+        starts = [partial(self._worker, side, pool) for side in sides]
+        with running(*starts) as started:
+            pgids = {process.name: process.pgid for process in started}
+            for side in sides:
+                b1_throughput.warm_up(side, self.sizes.warmup_calls, pgids[side.name])
+            if "b1" in self.phases:
+                self.b1(pool, pgids)
+                if self.args.profile:
+                    self.profile_workers(pool, pgids)
+            if "b2" in self.phases:
+                self.b2(pool, first=first)
+            if first and "b3" in self.phases:
+                self.b3()
+            if first and "b5" in self.phases:
+                self.b5(pool)
+            if first and "b7" in self.phases:
+                self.b7(pool)
+            if self.dbos is not None:
+                self.dbos_peers(self.dbos, pool, pgids[self.ours.name])
+
+    def dbos_peers(self, dbos: dbos_compare.DbosPeers, pool: Pool, ours_pgid: int) -> None:
+        log(f"{pool.label}: DBOS, worker_concurrency {pool.concurrency}, alternating with ours")
+        got = dbos.measure(self.ours, ours_pgid, pool, self.sizes, self.server)
+        self.results["dbos"][pool.label] = got
+        for name, side in got["sides"].items():
+            rate = side["throughput"]["ratio"]["median"]
+            p50 = side["sequential"]["call_p50_ratio"]["median"]
+            log(f"{pool.label}: ours / {name}: throughput {rate:.2f}, sequential p50 {p50:.2f}")
+
+    def b1(self, pool: Pool, pgids: dict[str, int]) -> None:
+        sizes = self.sizes
+        log(f"{pool.label}: B1, {sizes.repetitions} x {sizes.b1_calls} calls a side")
+        got = b1_throughput.compare(
+            self.ours,
+            [*self.peers, *self.ablations],
+            pgids,
+            sizes.b1_calls,
+            sizes.repetitions,
+            server=self.server,
+        )
+        self.results["b1"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
+        log(
+            f"{pool.label}: B1 ratio {quoted(got['ratio'])} (fair peer), "
+            f"{got['defaults_ratio']['median']:.2f} (Celery defaults), "
+            f"{got['bare_one_ratio']['median']:.2f} (one-task peer); others kept "
+            f"{got['others_busy']['median']:.0%} of the cores busy"
+        )
+
+    def profile_workers(self, pool: Pool, pgids: dict[str, int]) -> None:
+        from bench.suite.profiling import profile_worker
+
+        out = self.args.out / f"profile-{pool.name}{pool.concurrency}"
+        out.mkdir(parents=True, exist_ok=True)
+        log(f"{pool.label}: py-spy on both workers")
+        self.results.setdefault("profiles", {})[pool.label] = {
+            side.name: profile_worker(side, pgids[side.name], self.sizes.b1_calls, out)
+            for side in (self.ours, self.bare, *self.ablations)
+        }
+
+    def b2(self, pool: Pool, *, first: bool) -> None:
+        samples = self.sizes.b2_samples
+        log(f"{pool.label}: B2, {samples} sequential calls a side")
+        got = b2_latency.latencies(self.ours, self.peers, samples, self.sizes.repetitions)
+        self.results["b2"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
+        log(f"{pool.label}: B2 submit p50 = {got['submit_over_ping_p50']:.1f} PINGs")
+        if first:
+            self.results["b2_parts"] = b2_latency.submit_parts(self.ours, samples)
+            if self.args.profile:
+                from bench.suite.profiling import profile_submit
+
+                self.results["b2_profile"] = profile_submit(self.ours, samples, self.args.out)
+
+    def b3(self) -> None:
+        calls = self.sizes.b3_calls
+        log(f"B3: commands of {calls} calls a side")
+        self.results["b3"] = b3_commands.commands(self.args.redis_url, self.ours, self.bare, calls)
+
+    def b5(self, pool: Pool) -> None:
+        runs, per_run = self.sizes.b5_runs, self.sizes.b5_calls_per_run
+        log(f"B5: writing {runs} runs of {per_run} calls")
+        ids, write_s = b5_reprocess.write_runs(self.ours.store, runs, per_run)
+        log(f"B5: reprocessing them on {pool.label}")
+        got = b5_reprocess.reprocess(self.ours.app, ids, per_run, write_s)
+        self.results["b5"] = {"pool": pool.label, **got.as_dict()}
+        # No later phase needs these records; B4 and B6 measure a store without them.
+        self.ours.store.client.flushdb()
+        ensure_scripts(self.ours.store)
+
+    def b7(self, pool: Pool) -> None:
+        sizes = self.sizes
+        log(f"B7: {sizes.b7_calls} concurrent ainvoke calls on one event loop, {pool.label}")
+        got = b7_async.measure(
+            self.ours,
+            sizes.b7_calls,
+            sizes.b7_threads,
+            sizes.b7_repetitions,
+            sizes.b7_samples,
+            levels=sizes.b7_stall_calls,
+            runs=sizes.b7_runs,
+            server=self.server,
+        )
+        self.results["b7"] = {"pool": pool.label, **got}
+        # No later phase needs these calls.
+        self.ours.store.client.flushdb()
+        ensure_scripts(self.ours.store)
+        for level in got.get("stalls", {}).get("levels", []):
+            late = level["tick_lateness"]
+            log(
+                f"B7: {level['calls']} in flight: tick lateness p50 {late['p50_ms']:.2f} / p99 "
+                f"{late['p99_ms']:.1f} / worst {late['max_ms']:.1f} ms, longest loop step "
+                f"{level['longest_step_cpu_ms']:.1f} ms CPU"
+            )
+        stall = got["stall"]
+        log(
+            f"B7: worst tick lateness {stall['tick_lateness']['max_ms']:.1f} ms, longest "
+            f"loop step {stall['longest_step_cpu_ms']:.1f} ms CPU, async/sync "
+            f"{got['throughput']['ratio']['median']:.2f}"
+        )
+
+
+def chosen_sizes(args: argparse.Namespace) -> Sizes:
+    sizes = QUICK if args.quick else FULL
+    overrides = {
+        "pools": args.pools,
+        "b1_calls": args.calls,
+        "repetitions": args.repetitions,
+        "b5_runs": args.b5_runs,
+        "b6_records": args.b6_records,
+        "b7_runs": args.b7_runs,
+        "b7_stall_calls": args.b7_levels,
+    }
+    return replace(sizes, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def measure(args: argparse.Namespace, sizes: Sizes, command: str) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "meta": machine(args.redis_url, command, quick=args.quick, sizes=sizes)
+    }
+    flush_own_dbs(args.redis_url)
+    try:
+        document["results"] = Bench(args, sizes).run()
+    finally:
+        flush_own_dbs(args.redis_url)
+    return document
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not reachable(args.redis_url):
+        print(f"bench: Redis is not reachable at {args.redis_url}", file=sys.stderr)
+        return 2
+    _interrupt_on_sigterm()
+    sizes = chosen_sizes(args)
+    command = " ".join(["python -m bench", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        with exclusive(args.redis_url, args.lock_wait, lambda: log("waiting for another run")):
+            document = measure(args, sizes, command)
+    except Busy as busy:
+        print(f"bench: another benchmark run holds the lock {busy}", file=sys.stderr)
+        return EXIT_BUSY
+    except KeyboardInterrupt:
+        log("interrupted; the workers are stopped")
+        return 130
+    document["meta"]["load_after"] = load()
+    document["figures"] = figures(document["results"])
+    paths = write_outputs(document, args.out)
+    if args.keep is not None:
+        args.keep.parent.mkdir(parents=True, exist_ok=True)
+        args.keep.write_text(json.dumps(document, indent=1, default=str) + "\n")
+        paths.append(args.keep)
+    if args.json:
+        print(json.dumps(document, indent=2, default=str))
+    else:
+        print_table(document)
+    log("wrote " + ", ".join(str(path) for path in paths))
+    return 0
