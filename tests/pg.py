@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from bench.studies.pg_tools import ALL_REPORTS
 from examples import pgreport
 from examples.pgreport_demo import create_demo_table
 from tests.conftest import CI, require_service
-from tests.pg_tools import ALL_REPORTS
 from tests.settings import SUITE
 
 __all__ = ["ALL_REPORTS"]

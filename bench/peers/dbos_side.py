@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from bench.suite.config import Pool
+from bench.rig.workers import Pool
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The PostgreSQL server the DBOS peer uses when ``--pg-url`` is not given.

@@ -10,7 +10,7 @@ Never a way to run tools: it exists to be measured beside the real worker. Worke
 from __future__ import annotations
 
 import boundary.steps
-from bench.studies.steps import run_on_this_thread
+from bench.peers.unbounded import run_on_this_thread
 from tasks import app
 
 __all__ = ["app"]

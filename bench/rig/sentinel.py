@@ -1,5 +1,5 @@
-"""A Sentinel set the chaos run owns (``--sentinel``): a master, a replica and three Sentinels
-that watch them; the store and the result backend reach the master through them."""
+"""A Sentinel set of our own: a master, a replica and three Sentinels that watch them (the
+chaos run's ``--sentinel``, the Sentinel tests); clients reach the master through them."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import redis
 
-from bench.rig.servers import PortRange, RedisProcess, redis_server_binary
+from bench.rig.servers import PortRange, RedisServer, aof, redis_server_binary
 
 #: The master's name in the Sentinels' configuration (the URL's service).
-SERVICE = "chaos"
+SERVICE = "tb"
 #: A master silent this long is down for a Sentinel, ms.
 DOWN_AFTER_MS = 1000
 #: Bound of every wait for the set to agree, seconds.
@@ -22,17 +22,17 @@ GIVE_UP_S = 60.0
 class SentinelProcess:
     """One ``redis-server <conf> --sentinel``."""
 
-    def __init__(self, port: int, directory: Path, master_port: int) -> None:
+    def __init__(self, port: int, directory: Path, master_port: int, service: str) -> None:
         self.port = port
         directory.mkdir(parents=True, exist_ok=True)
         conf = directory / "sentinel.conf"
         conf.write_text(
             f"port {port}\nbind 127.0.0.1\ndir {directory}\n"
             f"logfile {directory / 'sentinel.log'}\n"
-            f"sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n"
-            f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
-            f"sentinel failover-timeout {SERVICE} 10000\n"
-            f"sentinel parallel-syncs {SERVICE} 1\n"
+            f"sentinel monitor {service} 127.0.0.1 {master_port} 2\n"
+            f"sentinel down-after-milliseconds {service} {DOWN_AFTER_MS}\n"
+            f"sentinel failover-timeout {service} 10000\n"
+            f"sentinel parallel-syncs {service} 1\n"
         )
         self.proc = subprocess.Popen(
             [redis_server_binary(), str(conf), "--sentinel"],
@@ -56,7 +56,16 @@ class SentinelProcess:
 class SentinelSet:
     """Two data servers (AOF on both) that swap roles on a failover, and three Sentinels."""
 
-    def __init__(self, directory: Path, ports: PortRange, *, min_replicas: int = 0) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        ports: PortRange,
+        *,
+        min_replicas: int = 0,
+        service: str = SERVICE,
+    ) -> None:
+        self.ports = ports
+        self.service = service
         #: ``min-replicas-to-write``: a master without that many replicas in sync (lag at most
         #: 10 s) refuses writes, so none is acknowledged that a failover could lose.
         self.guard: tuple[str, ...] = (
@@ -64,47 +73,58 @@ class SentinelSet:
             if min_replicas
             else ()
         )
-        first = RedisProcess(
-            "sentinel-a", ports.take(), directory / "a", appendonly=True, extra=self.guard
+        self.servers: list[RedisServer] = []
+        self.sentinels: list[SentinelProcess] = []
+        try:
+            first = self._server("sentinel-a", directory / "a", *self.guard)
+            replica_of = ("--replicaof", "127.0.0.1", str(first.port))
+            second = self._server("sentinel-b", directory / "b", *replica_of, *self.guard)
+            _until(
+                lambda: second.client().info("replication")["master_link_status"] == "up",
+                "the replica never synced",
+            )
+            self.sentinels = [
+                SentinelProcess(ports.take(), directory / f"sentinel{n}", first.port, service)
+                for n in range(3)
+            ]
+            _until(self._agreed, "the Sentinels never saw the replica and each other")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _server(self, name: str, directory: Path, *args: str) -> RedisServer:
+        server = RedisServer(
+            directory, *aof(True), *args, port=self.ports.take(), name=name, client_timeout_s=5
         )
-        first.start()
-        replica_of = ("--replicaof", "127.0.0.1", str(first.port))
-        second = RedisProcess(
-            "sentinel-b",
-            ports.take(),
-            directory / "b",
-            appendonly=True,
-            extra=(*replica_of, *self.guard),
-        )
-        second.start()
-        self.servers = [first, second]
-        self.sentinels = [
-            SentinelProcess(ports.take(), directory / f"sentinel{n}", first.port) for n in range(3)
-        ]
-        _until(self._agreed, "the Sentinels never saw the replica and each other")
+        self.servers.append(server)
+        return server.start()
 
     def _agreed(self) -> bool:
-        state = self.sentinels[0].client().sentinel_master(SERVICE)
+        state = self.sentinels[0].client().sentinel_master(self.service)
         return int(state["num-slaves"]) >= 1 and int(state["num-other-sentinels"]) >= 2
 
     def url(self, db: int = 0) -> str:
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://{hosts}/{SERVICE}/{db}"
+        return f"redis+sentinel://{hosts}/{self.service}/{db}"
 
-    def master(self) -> RedisProcess:
+    def master_port(self) -> int:
+        """The port of the server the Sentinels name as master now."""
+        host_port = self.sentinels[0].client().sentinel_get_master_addr_by_name(self.service)
+        return int(host_port[1])
+
+    def master(self) -> RedisServer:
         """The server the Sentinels name as master now."""
-        host_port = self.sentinels[0].client().sentinel_get_master_addr_by_name(SERVICE)
-        port = int(host_port[1])
+        port = self.master_port()
         return next(s for s in self.servers if s.port == port)
 
-    def replica(self) -> RedisProcess:
+    def replica(self) -> RedisServer:
         master = self.master()
         return next(s for s in self.servers if s is not master)
 
     def failover(self) -> None:
         """``SENTINEL FAILOVER``: the replica is promoted, the old master follows it."""
         before = self.master().port
-        self.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", SERVICE)
+        self.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", self.service)
         _until(lambda: self.master().port != before, "the failover never happened")
 
     def healthy(self) -> bool:
@@ -117,18 +137,21 @@ class SentinelSet:
             return False
         return info.get("role") == "master" and int(info.get("connected_slaves", 0)) >= 1
 
-    def restart_as_replica(self, server: RedisProcess) -> None:
+    def restart_as_replica(self, server: RedisServer) -> None:
         """Starts a killed server again as a replica of the current master (Sentinel would
         reconfigure it anyway; this avoids a second master for a moment)."""
         master = self.master()
-        server.extra = ("--replicaof", "127.0.0.1", str(master.port), *self.guard)
+        server.args = (*aof(True), "--replicaof", "127.0.0.1", str(master.port), *self.guard)
         server.start()
 
     def stop(self) -> None:
+        """Stops every process and gives its port back."""
         for sentinel in self.sentinels:
             sentinel.stop()
+            self.ports.release(sentinel.port)
         for server in self.servers:
             server.stop()
+            self.ports.release(server.port)
 
 
 def _until(condition: object, what: str) -> None:
@@ -140,5 +163,5 @@ def _until(condition: object, what: str) -> None:
         except (redis.RedisError, StopIteration):
             pass
         if time.monotonic() > give_up:
-            raise RuntimeError(f"the chaos run's Sentinel set: {what}")
+            raise RuntimeError(f"the Sentinel set: {what}")
         time.sleep(0.1)

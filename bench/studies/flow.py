@@ -32,6 +32,7 @@ from typing import Any
 
 import redis
 
+from bench.rig.workers import celery_command, start_process, stop_group, worker_args
 from bench.suite.meta import commit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,42 +68,15 @@ def _flush(redis_url: str) -> None:
 def worker(tree: Path, redis_url: str, tools: str, logs: Path) -> Iterator[None]:
     """A threads worker (-c 8) of ``tree``, stopped when the block ends."""
     _flush(redis_url)
-    log = (logs / f"worker-{time.time_ns()}.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "worker",
-            "-P",
-            "threads",
-            "-c",
-            "8",
-            "-Q",
-            "tools,projections",
-            "-l",
-            "WARNING",
-            "--without-mingle",
-            "--without-gossip",
-        ],
-        cwd=tree,
-        env=_env(tree, redis_url, tools),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    args = worker_args("threads", 8, ("tools", "projections"), level="WARNING")
+    log = logs / f"worker-{time.time_ns()}.log"
+    proc = start_process(
+        celery_command("tasks", *args), _env(tree, redis_url, tools), log, cwd=tree
     )
     try:
         yield
     finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-        log.close()
+        stop_group(proc, timeout_s=20)
 
 
 def drive(tree: Path, redis_url: str, tools: str, *args: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -31,8 +30,8 @@ from typing import Any
 
 import redis
 
-from bench.rig.workers import WorkerProcess, settings_env
-from bench.suite.config import DEFAULT_REDIS_URL, OWN_DBS, Pool, bench_settings, db_url
+from bench.rig.workers import Pool, WorkerProcess, settings_env, start_beat, stop_group
+from bench.suite.config import DEFAULT_REDIS_URL, OWN_DBS, bench_settings, db_url
 from boundary import (
     CanonicalKey,
     InvocationStatus,
@@ -71,24 +70,7 @@ def soak_calls(settings: Any, calls: int, kills: int, log_dir: Path) -> dict[str
             log_dir=log_dir,
         )
 
-    beat = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "beat",
-            "-l",
-            "WARNING",
-            "--schedule",
-            str(log_dir / "soak-beat"),
-        ],
-        env=settings_env(settings),
-        stdout=(log_dir / "soak-beat.log").open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    beat = start_beat(settings_env(settings), log_dir / "soak-beat", log_dir / "soak-beat.log")
     workers = [worker(0), worker(1)]
     started = time.monotonic()
     try:
@@ -137,8 +119,7 @@ def soak_calls(settings: Any, calls: int, kills: int, log_dir: Path) -> dict[str
             w.terminate()
         for w in workers:
             w.stop()
-        os.killpg(beat.pid, signal.SIGTERM)
-        beat.wait()
+        stop_group(beat)
     ended = Counter(
         "missing" if r is None else (r.error_code.value if r.error_code else r.status.value)
         for r in records

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -30,8 +29,15 @@ from typing import Any
 
 import redis
 
-from bench.rig.workers import WorkerProcess, running, settings_env
-from bench.suite.config import DEFAULT_REDIS_URL, OWN_DBS, Pool, bench_settings, db_url
+from bench.rig.workers import (
+    Pool,
+    WorkerProcess,
+    running,
+    settings_env,
+    start_beat,
+    stop_group,
+)
+from bench.suite.config import DEFAULT_REDIS_URL, OWN_DBS, bench_settings, db_url
 from boundary import (
     CanonicalKey,
     EvidenceStatus,
@@ -263,24 +269,8 @@ def loss_detection(settings: Settings, samples: int, log_dir: Path) -> dict[str,
     boundary = ToolBoundary(store=store, registry=registry, dispatcher=CeleryDispatcher(app))
     pool = Pool("threads", 4)
     found = []
-    beat_log = (log_dir / "beat.log").open("ab")
-    beat = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "beat",
-            "-l",
-            "INFO",
-            "--schedule",
-            str(log_dir / "beat-schedule"),
-        ],
-        env=settings_env(settings),
-        stdout=beat_log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    beat = start_beat(
+        settings_env(settings), log_dir / "beat-schedule", log_dir / "beat.log", level="INFO"
     )
     try:
         with running(
@@ -323,8 +313,7 @@ def loss_detection(settings: Settings, samples: int, log_dir: Path) -> dict[str,
                 assert record is not None and record.heartbeat_at is not None
                 found.append((record.updated_at - record.heartbeat_at).total_seconds())
     finally:
-        os.killpg(beat.pid, signal.SIGTERM)
-        beat.wait()
+        stop_group(beat)
     return {
         "heartbeat_timeout_s": LOSS_TIMEOUT_S,
         "reap_interval_s": settings.reap_interval_s,

@@ -45,9 +45,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from bench.rig.mcp_server import ROOT, HttpServer, free_port, server_command
-from bench.rig.workers import WorkerProcess, running, settings_env
+from bench.rig.workers import Pool, WorkerProcess, running, settings_env
 from bench.studies.mcp_tools import BEAT, SLEEP
-from bench.suite.config import DEFAULT_REDIS_URL, OWN_DBS, Pool, bench_settings, db_url
+from bench.suite.config import DEFAULT_REDIS_URL, OWN_DBS, bench_settings, db_url
 from boundary import CanonicalKey, RedisCanonicalStore, RunContext
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.wiring.app import create_app

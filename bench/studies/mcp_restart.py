@@ -36,9 +36,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from bench.rig.mcp_server import HttpServer, free_port
-from bench.rig.workers import WorkerProcess, running, settings_env
+from bench.rig.workers import Pool, WorkerProcess, running, settings_env
 from bench.studies.mcp_tools import SLEEP
-from bench.suite.config import DEFAULT_REDIS_URL, OWN_DBS, Pool, bench_settings, db_url
+from bench.suite.config import DEFAULT_REDIS_URL, OWN_DBS, bench_settings, db_url
 from boundary import CanonicalKey, RedisCanonicalStore, RunContext
 from tasks.mcp_server.client import DetailedTask, TaskHandle, TasksExtension, get_task
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.reports.stats import spread
-from bench.rig.workers import WorkerProcess, running
+from bench.rig.workers import Pool, WorkerProcess, running
 from bench.suite.b1_throughput import measure
-from bench.suite.config import DEFAULT_REDIS_URL, Pool, bench_settings, parse_pools
+from bench.suite.config import DEFAULT_REDIS_URL, bench_settings, parse_pools
 from bench.suite.dbos_compare import sequential
 from bench.suite.lock import exclusive
 from bench.suite.meta import commit, load

@@ -16,8 +16,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +25,8 @@ from typing import Any
 import psycopg
 import redis
 
+from bench.rig.workers import celery_process, settings_env, worker_args
+from bench.studies import pg_tools
 from bench.suite.config import BROKER_DB, DEFAULT_REDIS_URL, OWN_DBS, bench_settings, db_url
 from boundary import (
     InProcessDispatcher,
@@ -41,9 +41,7 @@ from examples.pgreport_demo import create_demo_table
 from tasks import CeleryDispatcher
 from tasks.settings import Settings
 from tasks.wiring.app import create_app
-from tests import pg_tools
 
-ROOT = Path(__file__).resolve().parents[2]
 RUN = RunContext(run_id="bench-pg", authorized_tools=frozenset({"sql_report"}))
 #: The throughput report: every row of the demo table, up to the cap.
 SCAN = {"report": {"name": "slow_requests", "min_latency_ms": 0}, "max_rows": 5000}
@@ -151,32 +149,12 @@ def cancel_times(boundary: ToolBoundary, admin_dsn: str, dbname: str, tag: str, 
 
 @contextmanager
 def worker(settings: Settings, dsn: str, log: Path) -> Iterator[None]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
-    for name, value in settings.model_dump().items():
-        if value is not None:
-            env[f"TOOL_BOUNDARY_{name.upper()}"] = str(value)
-    env |= {"PYTHONPATH": str(ROOT), pgreport.DSN_ENV: dsn}
-    command = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-P", "threads"]
-    command += [
-        "-c",
-        "4",
-        "-Q",
-        "long,projections",
-        "-n",
-        "pgbench@%h",
-        "-l",
-        "INFO",
-        "--without-gossip",
-        "--without-mingle",
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        until(lambda: " ready." in log.read_text(errors="replace"))
+    """A threads worker (-c 4) on ``long`` and ``projections`` of ``settings``, the report
+    tool's database at ``dsn``, until the block ends."""
+    args = worker_args("threads", 4, ("long", "projections"), node="pgbench@%h")
+    env = settings_env(settings) | {pgreport.DSN_ENV: dsn}
+    with celery_process(env, *args, log=log, timeout_s=60):
         yield
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, default=Path("/tmp/pgreport-bench-worker.log"))
     args = parser.parse_args(argv)
     settings = bench_settings(args.redis_url).model_copy(
-        update={"tools": "tests.pg_tools:registry", "visibility_timeout_s": 600}
+        update={"tools": "bench.studies.pg_tools:registry", "visibility_timeout_s": 600}
     )
     for db in OWN_DBS:
         redis.Redis.from_url(db_url(args.redis_url, db)).flushdb()

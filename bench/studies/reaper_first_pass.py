@@ -23,8 +23,8 @@ from typing import Any
 from bench.suite.b6_scale import keys_of_runs
 from bench.suite.fixtures import write_pending, write_sealed
 from boundary import RedisCanonicalStore
-from boundary.store import keys
 from boundary.reaper import reap_once
+from boundary.store import keys
 
 #: Runs of 10 PROJECTING calls each: 1,000 calls due.
 PENDING_RUNS = 100

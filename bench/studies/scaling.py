@@ -27,9 +27,9 @@ from typing import Any
 
 import redis
 
-from bench.rig.workers import WorkerProcess, running
+from bench.rig.workers import Pool, WorkerProcess, running
 from bench.suite.b1_throughput import warm_up
-from bench.suite.config import DEFAULT_REDIS_URL, Pool, add_projection_argument, bench_settings
+from bench.suite.config import DEFAULT_REDIS_URL, add_projection_argument, bench_settings
 from bench.suite.cpu import group_cpu_s, own_cpu_s, server_cpu_s
 from bench.suite.lock import exclusive
 from bench.suite.meta import commit, load

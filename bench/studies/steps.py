@@ -26,6 +26,7 @@ from unittest import mock
 
 import boundary.steps
 from bench.peers.tools import NOOP, registry
+from bench.peers.unbounded import run_on_this_thread
 from bench.suite.config import DEFAULT_REDIS_URL, STORE_DB, db_url
 from bench.suite.lock import exclusive
 from boundary import CanonicalKey, RedisCanonicalStore
@@ -36,12 +37,6 @@ from boundary.tool_threads import run_inline_here
 #: Calls per timed round, and rounds per side.
 CALLS = 1_000
 ROUNDS = 5
-
-
-def run_on_this_thread(executor: Any, arguments: Any, timeout_s: float, **_: Any) -> Any:
-    """``run_bounded`` without its tool thread, hence without a time limit: what the ablation
-    (here and in the ``bench.peers.inline`` worker) puts in its place."""
-    return executor(arguments)
 
 
 @contextmanager

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.reports.stats import spread
-from bench.rig.workers import WorkerProcess, running
+from bench.rig.workers import Pool, WorkerProcess, running
 from bench.studies.otel_sdk import sdk_providers
 from bench.suite import b1_throughput
-from bench.suite.config import Pool, bench_settings
+from bench.suite.config import bench_settings
 from bench.suite.lock import exclusive
 from bench.suite.run import flush_own_dbs, log, reachable
 from bench.suite.sides import Ours

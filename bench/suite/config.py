@@ -7,6 +7,7 @@ import argparse
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit, urlunsplit
 
+from bench.rig.workers import Pool
 from tasks.settings import Settings
 
 #: Redis server used when ``--redis-url`` is not given.
@@ -54,18 +55,6 @@ def add_projection_argument(parser: argparse.ArgumentParser) -> None:
         "TOOL_BOUNDARY_PROJECT_IN_LINE) or, with --no-project-in-line, send the chained "
         "project task (two hops); unset: the settings' default",
     )
-
-
-@dataclass(frozen=True)
-class Pool:
-    """A worker pool and its concurrency: one point of the B1/B2 grid."""
-
-    name: str
-    concurrency: int
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} c={self.concurrency}"
 
 
 @dataclass(frozen=True)

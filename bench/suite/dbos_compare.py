@@ -36,9 +36,9 @@ from bench.peers.dbos_side import (
     require_dbos,
 )
 from bench.reports.stats import ms, percentile, spread
-from bench.rig.workers import running
+from bench.rig.workers import Pool, running
 from bench.suite.b1_throughput import Sample, measure
-from bench.suite.config import Pool, Sizes
+from bench.suite.config import Sizes
 from bench.suite.cpu import PgBackends
 from bench.suite.sides import Side, call_ids
 

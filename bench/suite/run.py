@@ -18,7 +18,7 @@ import redis
 
 from bench.reports.report import figures, print_table, write_outputs
 from bench.reports.stats import quoted
-from bench.rig.workers import WorkerProcess, running
+from bench.rig.workers import Pool, WorkerProcess, running
 from bench.suite import (
     b1_throughput,
     b2_latency,
@@ -35,7 +35,6 @@ from bench.suite.config import (
     FULL,
     OWN_DBS,
     QUICK,
-    Pool,
     Sizes,
     add_projection_argument,
     bench_settings,

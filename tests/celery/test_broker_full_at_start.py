@@ -8,21 +8,19 @@ worker stays up and serves calls once the broker has room."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import redis
 from celery import Celery
 
+from bench.rig.workers import celery_command, start_process, stop_group, worker_args
 from boundary import InvocationStatus, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
-from tests.celery.workers import ROOT, settings_env
+from tests.celery.workers import settings_env
 from tests.conftest import celery_test_settings
 from tests.helpers import wait_until
 from tests.servers import redis_server
@@ -41,17 +39,9 @@ def test_a_worker_started_while_its_broker_is_full_waits_for_room_instead_of_exi
         # Given a full broker
         admin.config_set("maxmemory", 1)
         log = tmp_path / "w.log"
-        command = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-P", "threads"]
-        command += ["-c", "4", "-Q", "tools,projections", "-n", "full-start@%h", "-l", "INFO"]
-        with log.open("wb") as out:
-            worker = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=settings_env(settings),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        queues = ("tools", "projections")
+        args = worker_args("threads", 4, queues, node="full-start@%h", alone=False)
+        worker = start_process(celery_command("tasks", *args), settings_env(settings), log)
         try:
             # When a worker starts on it: its start-up meets the refusal
             def met_or_exited() -> bool:
@@ -80,10 +70,4 @@ def test_a_worker_started_while_its_broker_is_full_waits_for_room_instead_of_exi
             assert worker.poll() is None
             assert "Unrecoverable error" not in log.read_text(errors="replace")
         finally:
-            if worker.poll() is None:
-                os.killpg(worker.pid, 15)
-                try:
-                    worker.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(worker.pid, 9)
-                    worker.wait()
+            stop_group(worker, timeout_s=20)

@@ -17,6 +17,8 @@ import pytest
 import redis
 from celery import Celery
 
+from bench.rig.workers import worker_args
+from bench.studies import pg_tools
 from boundary import (
     CanonicalKey,
     ErrorCode,
@@ -31,7 +33,6 @@ from tasks import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tasks.wiring.app import create_app
-from tests import pg_tools
 from tests.celery.workers import celery_process
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 from tests.helpers import wait_until
@@ -54,18 +55,10 @@ class ReportWorker:
 def report_worker_process(
     settings: Settings, dsn: str, log: Path, name: str
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A threads worker serving ``tests.pg_tools:registry`` on ``long`` and ``projections``."""
-    args = ("worker", "-P", "threads", "-c", "4", "-Q", "long,projections", "-n", f"{name}@%h")
-    with celery_process(
-        settings,
-        *args,
-        "-l",
-        "INFO",
-        "--without-mingle",
-        "--without-gossip",
-        log=log,
-        extra_env={pgreport.DSN_ENV: dsn},
-    ) as process:
+    """A threads worker serving ``bench.studies.pg_tools:registry`` on ``long`` and
+    ``projections``."""
+    args = worker_args("threads", 4, ("long", "projections"), node=f"{name}@%h")
+    with celery_process(settings, *args, log=log, extra_env={pgreport.DSN_ENV: dsn}) as process:
         yield process
 
 
@@ -76,7 +69,7 @@ def report_worker(
     """A report worker on a broker DB of its own, over a scratch database."""
     settings = celery_test_settings(
         broker_url=redis_url(SUBPROCESS_BROKER_DB),
-        tools="tests.pg_tools:registry",
+        tools="bench.studies.pg_tools:registry",
         visibility_timeout_s=int(pg_tools.WORKER_TIMEOUT_S) + 60,
     )
     broker = flush_db(SUBPROCESS_BROKER_DB)

@@ -5,12 +5,12 @@ restart keeps records, duplicate marks and budgets."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from celery import Celery
 
+from bench.rig.workers import celery_command
 from boundary import (
     CanonicalKey,
     ErrorCode,
@@ -32,7 +32,7 @@ def _worker_exit(store_url: str, tmp_path: Path, **overrides: object) -> tuple[i
         redis_url=store_url, broker_url=redis_url(SUBPROCESS_BROKER_DB), **overrides
     )
     done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tasks", *worker_args("check")],
+        celery_command("tasks", *worker_args("check")),
         cwd=ROOT,
         env=settings_env(settings),
         capture_output=True,

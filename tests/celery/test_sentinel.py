@@ -6,7 +6,6 @@ again once the Sentinels promoted the replica."""
 
 from __future__ import annotations
 
-import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -65,9 +64,10 @@ def test_calls_survive_a_sentinel_failover_and_the_worker_stays_up(
                 for _, key in list(load.accepted)
                 if (r := store.get(key)) is not None and r.status is InvocationStatus.PROJECTING
             )
-            old_master = setup.master.port
+            master = setup.master()
+            old_master = master.port
             # When the master is killed
-            setup.master.stop(signal.SIGKILL)
+            master.kill()
             killed = time.monotonic()
             load.wait_accepted(AFTER, give_up, after=killed, log=serving.log)
             load.stop()

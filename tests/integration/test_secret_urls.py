@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
+from bench.rig.workers import celery_command
 from tests.servers import RedisServer, redis_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +77,7 @@ def test_a_worker_never_logs_the_password(secured: RedisServer, tmp_path: Path) 
         log = tmp_path / f"worker{n}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tasks", *WORKER_ARGS, f"secret{n}@%h"],
+                celery_command("tasks", *WORKER_ARGS, f"secret{n}@%h"),
                 cwd=ROOT,
                 env=_env(url),
                 stdout=out,

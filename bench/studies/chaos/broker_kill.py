@@ -22,8 +22,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.rig.servers import PortRange, RedisProcess
-from bench.rig.workers import ROOT, settings_env
+from bench.rig.servers import PortRange, named
+from bench.rig.workers import (
+    celery_command,
+    settings_env,
+    start_process,
+    stop_group,
+    worker_args,
+)
 from boundary import (
     CanonicalKey,
     RedisCanonicalStore,
@@ -47,39 +53,23 @@ TELLING = ("Restoring", "unacknowledged", "Unrecoverable", "CRITICAL", "Tracebac
 
 
 def worker_command(pool: str, concurrency: int = 8) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "tasks",
-        "worker",
-        f"--pool={pool}",
-        "-c",
-        str(concurrency),
-        "-Q",
-        "tools,projections",
-        "-l",
-        "INFO",
-        "--without-mingle",
-        "--without-gossip",
-    ]
+    return celery_command("tasks", *worker_args(pool, concurrency, ("tools", "projections")))
 
 
 def reproduce(
     directory: Path, ports: PortRange, pool: str = "threads", broker_aof: bool = False
 ) -> dict[str, Any]:
-    broker = RedisProcess("broker", ports.take(), directory / "broker", appendonly=broker_aof)
+    broker = named(ports, "broker", directory / "broker", appendonly=broker_aof)
     broker.start()
-    store_server = RedisProcess("store", ports.take(), directory / "store", appendonly=False)
+    store_server = named(ports, "store", directory / "store", appendonly=False)
     store_server.start()
     worker: subprocess.Popen[bytes] | None = None
     log = directory / "worker.log"
     try:
         settings = Settings(
-            redis_url=store_server.url(0),
-            broker_url=broker.url(0),
-            result_backend=store_server.url(1),
+            redis_url=store_server.db_url(0),
+            broker_url=broker.db_url(0),
+            result_backend=store_server.db_url(1),
             tools="bench.studies.chaos.tools:registry",
         )
         from bench.studies.chaos.tools import SLEEP, registry
@@ -90,15 +80,7 @@ def reproduce(
             registry=registry,
             dispatcher=CeleryDispatcher(create_app(settings, name="chaos-repro")),
         )
-        with log.open("wb") as out:
-            worker = subprocess.Popen(
-                worker_command(pool),
-                cwd=ROOT,
-                env=settings_env(settings),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        worker = start_process(worker_command(pool), settings_env(settings), log)
         wait_for(lambda: " ready." in log.read_text(errors="replace"), 60, "worker start")
         run = RunContext(run_id=f"repro-{uuid.uuid4().hex[:8]}", authorized_tools={SLEEP})
         keys = [CanonicalKey(run_id=run.run_id, tool_call_id=f"c{n}") for n in range(CALLS)]
@@ -142,13 +124,8 @@ def reproduce(
             "log": [line[:300] for line in lines if any(t in line for t in TELLING)][:40],
         }
     finally:
-        if worker is not None and worker.poll() is None:
-            worker.terminate()
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+        if worker is not None:
+            stop_group(worker, timeout_s=20)
         broker.stop()
         store_server.stop()
 

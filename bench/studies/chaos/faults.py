@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import redis
 
-from bench.rig.servers import RedisProcess
+from bench.rig.servers import RedisServer
 from bench.studies.chaos.fleet import Fleet
 
 #: Seconds between two faults.
@@ -39,7 +39,7 @@ class Injected:
 Fault = Callable[[Fleet, random.Random], float]
 
 
-def _kill_and_restart(server: RedisProcess, rng: random.Random, *, wipe: bool) -> float:
+def _kill_and_restart(server: RedisServer, rng: random.Random, *, wipe: bool) -> float:
     down = rng.uniform(*DOWN_S)
     server.kill()
     if wipe:
@@ -51,7 +51,7 @@ def _kill_and_restart(server: RedisProcess, rng: random.Random, *, wipe: bool) -
     return down
 
 
-def _pause(server: RedisProcess, rng: random.Random) -> float:
+def _pause(server: RedisServer, rng: random.Random) -> float:
     pause = rng.uniform(*PAUSE_S)
     server.pause()
     time.sleep(pause)
@@ -59,7 +59,7 @@ def _pause(server: RedisProcess, rng: random.Random) -> float:
     return pause
 
 
-def _full(server: RedisProcess, rng: random.Random) -> float:
+def _full(server: RedisServer, rng: random.Random) -> float:
     """``maxmemory`` set to what the server uses now: every write that needs memory is
     refused (noeviction) until it is lifted."""
     hold = rng.uniform(*FULL_S)
@@ -154,7 +154,7 @@ def sentinel_failover(fleet: Fleet, rng: random.Random) -> float:
     return time.monotonic() - started
 
 
-def _store_master(fleet: Fleet) -> RedisProcess:
+def _store_master(fleet: Fleet) -> RedisServer:
     if fleet.sentinel is not None:
         return fleet.sentinel.master()
     assert fleet.store is not None

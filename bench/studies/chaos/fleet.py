@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,8 +20,14 @@ from pathlib import Path
 import redis
 
 from bench.rig.sentinel import SentinelSet
-from bench.rig.servers import PortRange, RedisProcess
-from bench.rig.workers import ROOT, settings_env
+from bench.rig.servers import PortRange, RedisServer, named
+from bench.rig.workers import (
+    beat_args,
+    celery_command,
+    settings_env,
+    start_process,
+    worker_args,
+)
 from bench.studies.chaos.tools import LEDGER_ENV
 from tasks.settings import Settings
 
@@ -49,15 +54,7 @@ class Program:
     def start(self) -> None:
         with self.log.open("ab") as out:
             out.write(f"\n=== start {self.starts + 1} ===\n".encode())
-            out.flush()
-            self.proc = subprocess.Popen(
-                self.command,
-                cwd=ROOT,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.proc = start_process(self.command, self.env, self.log)
         self.starts += 1
         self.planned_exit = False
 
@@ -99,24 +96,9 @@ class Program:
 
 def worker_command(name: str, pool: str, concurrency: int) -> list[str]:
     """As the Procfile starts one (mingle and gossip on), on every queue of the chaos tools."""
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "tasks",
-        "worker",
-        "-P",
-        pool,
-        "-c",
-        str(concurrency),
-        "-Q",
-        "tools,projections,long",
-        "-n",
-        f"{name}@%h",
-        "-l",
-        "INFO",
-    ]
+    queues = ("tools", "projections", "long")
+    args = worker_args(pool, concurrency, queues, node=f"{name}@%h", alone=False)
+    return celery_command("tasks", *args)
 
 
 class Fleet:
@@ -127,22 +109,22 @@ class Fleet:
     ) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        self.ledger = RedisProcess("ledger", ports.take(), directory / "ledger", appendonly=False)
+        self.ledger = named(ports, "ledger", directory / "ledger", appendonly=False)
         self.ledger.start()
-        self.broker = RedisProcess("broker", ports.take(), directory / "broker", appendonly=True)
+        self.broker = named(ports, "broker", directory / "broker", appendonly=True)
         self.broker.start()
         self.sentinel: SentinelSet | None = None
-        self.store: RedisProcess | None = None
+        self.store: RedisServer | None = None
         if sentinel:
             self.sentinel = SentinelSet(directory / "sentinel", ports, min_replicas=min_replicas)
             store_url, backend_url = self.sentinel.url(0), self.sentinel.url(1)
         else:
-            self.store = RedisProcess("store", ports.take(), directory / "store", appendonly=True)
+            self.store = named(ports, "store", directory / "store", appendonly=True)
             self.store.start()
-            store_url, backend_url = self.store.url(0), self.store.url(1)
+            store_url, backend_url = self.store.db_url(0), self.store.db_url(1)
         self.settings = Settings(
             redis_url=store_url,
-            broker_url=self.broker.url(0),
+            broker_url=self.broker.db_url(0),
             result_backend=backend_url,
             tools="bench.studies.chaos.tools:registry",
             ttl_s=7200,
@@ -154,11 +136,10 @@ class Fleet:
             task_time_limit_s=120,
             redis_wait_replicas=1 if sentinel else 0,
         )
-        env = settings_env(self.settings) | {LEDGER_ENV: self.ledger.url(0)}
+        env = settings_env(self.settings) | {LEDGER_ENV: self.ledger.db_url(0)}
         logs = directory / "logs"
         logs.mkdir(exist_ok=True)
-        beat = [sys.executable, "-m", "celery", "-A", "tasks", "beat", "-l", "INFO"]
-        beat += ["--schedule", str(directory / "beat-schedule")]
+        beat = celery_command("tasks", *beat_args(directory / "beat-schedule", level="INFO"))
         self.workers = [
             Program("threads", worker_command("threads", "threads", 8), logs / "threads.log", env),
             Program("prefork", worker_command("prefork", "prefork", 3), logs / "prefork.log", env),
@@ -171,7 +152,7 @@ class Fleet:
     def programs(self) -> list[Program]:
         return [*self.workers, self.beat]
 
-    def data_servers(self) -> list[RedisProcess]:
+    def data_servers(self) -> list[RedisServer]:
         """The servers faults may hit (never the ledger)."""
         servers = [self.broker]
         if self.store is not None:

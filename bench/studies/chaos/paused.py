@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.rig.servers import PortRange, RedisProcess
+from bench.rig.servers import PortRange, RedisServer, named
 from bench.studies.chaos.broker_kill import parse_ports
 from bench.studies.chaos.tools import SLEEP, registry
 from boundary import (
@@ -45,20 +45,22 @@ class PausedStore:
     """A boundary on its own servers, and one call left PROJECTING (no worker runs)."""
 
     def __init__(self, directory: Path, ports: PortRange) -> None:
-        self.shared = RedisProcess("shared", ports.take(), directory / "shared", appendonly=False)
-        self.broker = RedisProcess("broker", ports.take(), directory / "broker", appendonly=False)
+        self.shared = named(ports, "shared", directory / "shared", appendonly=False)
+        self.broker = named(ports, "broker", directory / "broker", appendonly=False)
         self.shared.start()
         self.broker.start()
         self.run = RunContext(run_id="paused", authorized_tools={SLEEP})
         self.pending = CanonicalKey(run_id="paused", tool_call_id="pending")
-        self.boundary = self._boundary(self.shared.url(0))
-        self.own_broker = self._boundary(self.broker.url(0))
+        self.boundary = self._boundary(self.shared.db_url(0))
+        self.own_broker = self._boundary(self.broker.db_url(0))
         assert self.boundary.submit(self._call("pending"), self.run).accepted
         self._made = 0
 
     def _boundary(self, broker_url: str) -> ToolBoundary:
         settings = Settings(
-            redis_url=self.shared.url(0), broker_url=broker_url, result_backend=self.shared.url(1)
+            redis_url=self.shared.db_url(0),
+            broker_url=broker_url,
+            result_backend=self.shared.db_url(1),
         )
         store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=600)
         app = create_app(settings, name=f"paused-{broker_url.rsplit(':', 1)[-1]}")
@@ -78,7 +80,7 @@ class PausedStore:
         self.broker.stop()
 
 
-def timed(server: RedisProcess, pause_s: float, call: Callable[[], Any]) -> dict[str, Any]:
+def timed(server: RedisServer, pause_s: float, call: Callable[[], Any]) -> dict[str, Any]:
     """Pauses ``server``, makes ``call`` once, resumes it; the call's seconds and answer."""
     server.pause()
     try:

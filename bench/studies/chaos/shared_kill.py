@@ -23,8 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.rig.servers import PortRange, RedisProcess
-from bench.rig.workers import ROOT, settings_env
+from bench.rig.servers import PortRange, named
+from bench.rig.workers import settings_env, start_beat, start_process, stop_group
 from bench.studies.chaos.broker_kill import TELLING, parse_ports, wait_for, worker_command
 from bench.studies.chaos.tools import SLEEP, registry
 from boundary import RedisCanonicalStore, RunContext, ToolBoundary, ToolCallEnvelope
@@ -43,9 +43,9 @@ SETTLE_S = 90.0
 def reproduce_under_load(
     directory: Path, ports: PortRange, pool: str = "threads"
 ) -> dict[str, Any]:
-    server = RedisProcess("shared", ports.take(), directory / "redis", appendonly=True).start()
+    server = named(ports, "shared", directory / "redis", appendonly=True).start()
     settings = Settings(
-        redis_url=server.url(0),
+        redis_url=server.db_url(0),
         tools="bench.studies.chaos.tools:registry",
         max_pending_s=20,
         reap_grace_s=1,
@@ -55,17 +55,8 @@ def reproduce_under_load(
     processes: list[subprocess.Popen[bytes]] = []
     log = directory / "worker.log"
     try:
-        with log.open("wb") as out:
-            worker = subprocess.Popen(
-                worker_command(pool), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
-        processes.append(worker)
-        beat_log = (directory / "beat.log").open("wb")
-        beat_command = [sys.executable, "-m", "celery", "-A", "tasks", "beat", "-l", "WARNING"]
-        beat_command += ["--schedule", str(directory / "beat-schedule")]
-        processes.append(
-            subprocess.Popen(beat_command, cwd=ROOT, env=env, stdout=beat_log, stderr=beat_log)
-        )
+        processes.append(start_process(worker_command(pool), env, log))
+        processes.append(start_beat(env, directory / "beat-schedule", directory / "beat.log"))
         wait_for(lambda: " ready." in log.read_text(errors="replace"), 60, "worker start")
         store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=600)
         boundary = ToolBoundary(
@@ -118,8 +109,8 @@ def reproduce_under_load(
         lines = log.read_text(errors="replace").splitlines()
         return {
             "pool": pool,
-            "worker_exit_code": worker.poll(),
-            "worker_alive": worker.poll() is None,
+            "worker_exit_code": processes[0].poll(),
+            "worker_alive": processes[0].poll() is None,
             "accepted": len(accepted),
             "ended": dict(ends),
             "refused_at_submit": dict(refused),
@@ -128,13 +119,7 @@ def reproduce_under_load(
         }
     finally:
         for process in processes:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_group(process, timeout_s=20)
         server.stop()
 
 

@@ -1,6 +1,6 @@
-"""The report tool as the PostgreSQL tests declare it: the demo's reports and a few of their
-own, as a tool author would add. A worker subprocess loads ``tests.pg_tools:registry`` (this
-module imports no test framework)."""
+"""The report tool as the PostgreSQL tests and ``bench.studies.pgreport`` declare it: the
+demo's reports and a few of their own, as a tool author would add. A worker subprocess loads
+``bench.studies.pg_tools:registry`` (this module imports no test framework)."""
 
 from __future__ import annotations
 
