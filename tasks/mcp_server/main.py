@@ -16,6 +16,7 @@ from tasks.mcp_server.http import MCP_PATH, run_http
 from tasks.mcp_server.options import ServerOptions
 from tasks.mcp_server.server import build_server
 from tasks.mcp_server.settings import MCPSettings, is_loopback
+from tasks.mcp_server.wire import ServedVersionsWriter
 from tasks.runtime import get_runtime
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ def make_server(options: ServerOptions) -> tuple[ToolBoundary, Server[object]]:
 async def _serve_stdio(server: Server[object], boundary: ToolBoundary) -> None:
     try:
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            writer = ServedVersionsWriter(write_stream)
+            await server.run(read_stream, writer, server.create_initialization_options())
     finally:
         await boundary.aclose()
 

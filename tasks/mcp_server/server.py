@@ -23,6 +23,7 @@ from tasks.mcp_server.errors import INVALID_PARAMS, guarded
 from tasks.mcp_server.handlers import BoundaryMCP, Revisions, TaskParams, UpdateTaskParams
 from tasks.mcp_server.options import ServerOptions
 from tasks.mcp_server.results import TASKS_EXTENSION
+from tasks.mcp_server.wire import discover_handler
 
 #: Where a 2025-11-25 task-augmented ``tools/call`` is routed: a method of this server's own,
 #: so its ``CreateTaskResult`` is not sieved as a ``CallToolResult`` (the SDK's 2025-11-25
@@ -93,5 +94,6 @@ def build_server(
     server.add_request_handler(
         "tasks/list", types.PaginatedRequestParams, guarded(handlers.list_tasks)
     )
+    server.add_request_handler("server/discover", types.RequestParams, discover_handler(server))
     server.extensions[TASKS_EXTENSION] = {}
     return server
