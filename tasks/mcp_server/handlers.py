@@ -169,6 +169,11 @@ class BoundaryMCP:
         cursor = params.cursor if params is not None else None
         return await self.revisions.of(ctx).list_tasks(ctx, cursor)
 
+    async def listen(
+        self, ctx: Ctx, params: types.SubscriptionsListenRequestParams
+    ) -> dict[str, Any]:
+        return await self.revisions.of(ctx).listen(ctx, params)
+
 
 def _refusal(augmented: bool, code: ErrorCode) -> types.CallToolResult:
     """A call refused before it had an outcome of its own: its ``isError`` result, or for a

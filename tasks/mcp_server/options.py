@@ -24,7 +24,9 @@ class CallOptions(BaseModel):
     call_wait_s: float = Field(default=600.0, gt=0)
     #: Longest gap between two ``notifications/progress`` of a call that asked for them.
     progress_s: float = Field(default=5.0, gt=0)
-    #: Every tool's task support (``execution.taskSupport`` on 2025-11-25 connections)...
+    #: Every tool's task support: its ``execution.taskSupport`` on 2025-11-25 connections, and
+    #: on 2026-07-28 whether its calls become tasks (``forbidden``: never; ``required``:
+    #: always, a request without the Tasks extension refused)...
     task_support: TaskSupport = "optional"
     #: ...unless named here, as JSON: ``{"slow_report": "required"}``.
     tool_task_support: dict[str, TaskSupport] = {}

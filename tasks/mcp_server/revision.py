@@ -67,3 +67,9 @@ class Revision:
 
     async def list_tasks(self, ctx: Ctx, cursor: str | None) -> dict[str, Any]:
         raise method_not_found()
+
+    async def listen(
+        self, ctx: Ctx, params: types.SubscriptionsListenRequestParams
+    ) -> dict[str, Any]:
+        """``subscriptions/listen`` (2026-07-28)."""
+        raise method_not_found()

@@ -1,20 +1,45 @@
 """2026-07-28 connections: the Tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663)
 for a request that declares it; ``results`` has its mapping. ``tasks/get``, ``tasks/update``
-and ``tasks/cancel`` only; no ``tasks/result`` and no ``tasks/list``."""
+and ``tasks/cancel``, and ``notifications/tasks/status`` on a ``subscriptions/listen`` stream;
+no ``tasks/result`` and no ``tasks/list``.
+
+The server decides which calls run as tasks: each tool's task support (as on 2025-11-25) says
+``forbidden`` (never: the call is answered when it ends), ``optional`` (a task for a request
+that declares the extension) or ``required`` (always; a request that does not declare the
+extension is refused ``-32021``, nothing stored).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from boundary import CanonicalKey, ErrorCode
 from boundary.store.redis_tasks import TaskEntry
 from tasks.mcp_server.core import task_id_of
-from tasks.mcp_server.errors import missing_tasks_capability, store_unavailable, task_not_found
+from tasks.mcp_server.errors import (
+    INVALID_PARAMS,
+    missing_tasks_capability,
+    store_unavailable,
+    task_not_found,
+)
 from tasks.mcp_server.results import TASKS_EXTENSION, created_task, task_fields
 from tasks.mcp_server.revision import Ctx, Revision
+
+#: The notification of a task's state (the extension's schema), sent on a listen stream.
+TASK_STATUS_METHOD = "notifications/tasks/status"
+#: The ``subscriptions/listen`` filter field that names the tasks to hear about: the
+#: extension's schema calls it ``tasksStatus``, its SEP text ``taskIds``; either is taken and
+#: acknowledged under the name the client used.
+TASK_FILTER_FIELDS = ("tasksStatus", "taskIds")
+#: Most tasks one listen stream follows.
+MAX_LISTENED_TASKS = 100
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 def declares_tasks(ctx: Ctx) -> bool:
@@ -33,17 +58,33 @@ def _fixed(entry: TaskEntry) -> dict[str, Any]:
     }
 
 
+class _Notification(types.Notification[dict[str, Any], str]):
+    """A notification the SDK has no type for (the extension's), sent as given."""
+
+
+@dataclass(frozen=True)
+class _Listened:
+    task_id: str
+    key: CanonicalKey
+    fixed: dict[str, Any]
+
+
 class Revision2026(Revision):
-    """The Tasks extension: a request that declares it gets its call as a task."""
+    """The Tasks extension: the server decides, per tool, which calls become tasks."""
 
     announces_tasks = False
+
+    def admit(self, ctx: Ctx, tool_name: str, augmented: bool) -> None:
+        super().admit(ctx, tool_name, augmented)
+        if self.core.options.support_of(tool_name) == "required" and not declares_tasks(ctx):
+            raise missing_tasks_capability()
 
     async def as_task(
         self, ctx: Ctx, key: CanonicalKey, params: types.CallToolRequestParams
     ) -> dict[str, Any] | None:
-        if not declares_tasks(ctx):
-            return None
         core = self.core
+        if not declares_tasks(ctx) or core.options.support_of(params.name) == "forbidden":
+            return None
         state = await core.state(key)
         if state is None:
             return None
@@ -88,3 +129,65 @@ class Revision2026(Revision):
         if outcome.error_code is ErrorCode.STORE_UNAVAILABLE:
             raise store_unavailable()
         return {}
+
+    async def listen(
+        self, ctx: Ctx, params: types.SubscriptionsListenRequestParams
+    ) -> dict[str, Any]:
+        """``subscriptions/listen`` for the requester's tasks: acknowledged with the tasks it
+        follows (an unknown or another requester's id is left out), then on this stream a
+        ``notifications/tasks/status`` (the ``DetailedTask``, as ``tasks/get``) at once and
+        whenever a task changes (its heartbeat: message and fraction), until every one is
+        terminal; then the graceful close. No other notification kind is served."""
+        requested = params.notifications.model_extra or {}
+        field = next((name for name in TASK_FILTER_FIELDS if name in requested), None)
+        meta = {SUBSCRIPTION_ID_META_KEY: ctx.request_id}
+        listened: list[_Listened] = []
+        if field is not None:
+            ids = requested[field]
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                raise MCPError(INVALID_PARAMS, f"notifications.{field} must list task ids")
+            if not declares_tasks(ctx):
+                raise missing_tasks_capability()
+            for task_id in list(dict.fromkeys(ids))[:MAX_LISTENED_TASKS]:
+                try:
+                    key, fixed = await self._key(ctx, task_id)
+                except MCPError:
+                    continue
+                listened.append(_Listened(task_id, key, fixed))
+        agreed = {field: [t.task_id for t in listened]} if field is not None else {}
+        await _notify(
+            ctx,
+            "notifications/subscriptions/acknowledged",
+            {"notifications": agreed, "_meta": meta},
+        )
+        await self._follow(ctx, listened, meta)
+        closed = types.SubscriptionsListenResult(_meta=meta)
+        return closed.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    async def _follow(self, ctx: Ctx, listened: list[_Listened], meta: dict[str, Any]) -> None:
+        core = self.core
+        sent: dict[str, dict[str, Any]] = {}
+        while listened:
+            for task in list(listened):
+                state = await core.state(task.key)
+                if state is None:  # expired: nothing more to tell of it
+                    listened.remove(task)
+                    continue
+                fields = task_fields(
+                    task.task_id, state, core.options.poll_interval_ms, **task.fixed
+                )
+                if fields != sent.get(task.task_id):
+                    sent[task.task_id] = fields
+                    note_meta = {**fields.get("_meta", {}), **meta}
+                    await _notify(ctx, TASK_STATUS_METHOD, {**fields, "_meta": note_meta})
+                if fields["status"] in TERMINAL:
+                    listened.remove(task)
+            if listened:
+                # Woken by the first one's seal; the others are read again at least every
+                # progress_s / 2.
+                await core.calls.wait(listened[0].key, core.options.progress_s / 2)
+
+
+async def _notify(ctx: Ctx, method: str, params: dict[str, Any]) -> None:
+    note = _Notification(method=method, params=params)
+    await ctx.session.send_notification(note, related_request_id=ctx.request_id)  # type: ignore[arg-type]

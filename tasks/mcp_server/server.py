@@ -63,6 +63,11 @@ class BoundaryServer(Server[Any]):
 
     def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
         capabilities = super().get_capabilities(*args, **kwargs)
+        if capabilities.tools is not None and capabilities.tools.list_changed:
+            # The SDK infers it from subscriptions/listen being served; the registry never
+            # changes while the server runs, and a listen stream carries task status only.
+            tools = capabilities.tools.model_copy(update={"list_changed": False})
+            capabilities = capabilities.model_copy(update={"tools": tools})
         revisions, version = self.revisions, kwargs.get("protocol_version")
         if revisions is not None and not revisions.of_version(version).announces_tasks:
             return capabilities
@@ -93,6 +98,9 @@ def build_server(
     server.add_request_handler("tasks/result", TaskParams, guarded(handlers.task_result))
     server.add_request_handler(
         "tasks/list", types.PaginatedRequestParams, guarded(handlers.list_tasks)
+    )
+    server.add_request_handler(
+        "subscriptions/listen", types.SubscriptionsListenRequestParams, guarded(handlers.listen)
     )
     server.add_request_handler("server/discover", types.RequestParams, discover_handler(server))
     server.extensions[TASKS_EXTENSION] = {}

@@ -43,17 +43,19 @@ def post(server: HttpServer, body: dict[str, Any], version: str | None) -> httpx
 
 
 def test_discover_over_http_names_every_revision_served(server_a: HttpServer) -> None:
-    async def scenario() -> tuple[list[str], MCPError]:
+    async def scenario() -> tuple[types.DiscoverResult, MCPError]:
         async with http_client(server_a.url, mode="2026-07-28") as client:
             found = types.DiscoverResult.model_validate(
                 await client.session.send_discover("2026-07-28")
             )
             with pytest.raises(MCPError) as unsupported:
                 await client.session.send_discover("2099-01-01")
-        return found.supported_versions, unsupported.value
+        return found, unsupported.value
 
-    supported, unsupported = anyio.run(scenario)
-    assert set(supported) >= SERVED
+    found, unsupported = anyio.run(scenario)
+    assert set(found.supported_versions) >= SERVED
+    # The registry never changes while the server runs: no tools/list_changed is promised
+    assert found.capabilities.tools is not None and not found.capabilities.tools.list_changed
     assert unsupported.code == -32022
     assert set(unsupported.error.data["supported"]) >= SERVED
     assert unsupported.error.data["requested"] == "2099-01-01"
