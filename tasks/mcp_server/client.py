@@ -9,16 +9,19 @@ types for the 2026-07-28 extension; these follow its published schema.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 import anyio
 import mcp_types as types
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
 from mcp.client.session import ClientSession
+from mcp.shared.dispatcher import CallOptions
 
 from tasks.mcp_server.results import TASKS_EXTENSION
 
+#: The notification of a task's state, on a ``subscriptions/listen`` stream.
+TASK_STATUS_METHOD = "notifications/tasks/status"
 #: Statuses a task never leaves.
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 #: Poll interval when the server suggests none, seconds.
@@ -88,6 +91,22 @@ async def cancel_task(session: ClientSession, task_id: str) -> None:
     )
 
 
+async def listen_tasks(
+    session: ClientSession, task_ids: Sequence[str], request_id: str = "listen-tasks"
+) -> dict[str, Any]:
+    """``subscriptions/listen`` for ``task_ids`` (2026-07-28): the server sends each one's
+    ``notifications/tasks/status`` (heard by ``TasksExtension(on_status=...)``) until all are
+    terminal, then answers: the subscription's graceful close, returned. The SDK's
+    ``listen()`` knows no task filter, so the request is stamped and sent as the SDK does."""
+    data: dict[str, Any] = {
+        "method": "subscriptions/listen",
+        "params": {"notifications": {"tasksStatus": list(task_ids)}},
+    }
+    opts: CallOptions = {"request_id": request_id}
+    session._stamp(data, opts)
+    return await session._dispatcher.send_raw_request(data["method"], data["params"], opts)
+
+
 async def wait_task(
     session: ClientSession, task_id: str, *, poll_s: float | None = None, timeout_s: float = 600.0
 ) -> DetailedTask:
@@ -115,12 +134,25 @@ def cancelled_result(task: DetailedTask) -> types.CallToolResult:
 
 class TasksExtension(ClientExtension):
     """Declares the Tasks extension and turns a task handle back into the tool's result by
-    polling, so ``client.call_tool`` returns a ``CallToolResult`` as usual."""
+    polling, so ``client.call_tool`` returns a ``CallToolResult`` as usual. ``on_status``
+    hears ``notifications/tasks/status`` (the tasks a ``listen_tasks`` stream follows)."""
 
     identifier = TASKS_EXTENSION
 
+    def __init__(self, on_status: Callable[[DetailedTask], Awaitable[None]] | None = None):
+        self.on_status = on_status
+
     def claims(self) -> Sequence[ResultClaim[Any]]:
         return [ResultClaim(result_type="task", model=TaskHandle, resolve=self._resolve)]
+
+    def notifications(self) -> Sequence[NotificationBinding[Any]]:
+        if self.on_status is None:
+            return ()
+        return [
+            NotificationBinding(
+                method=TASK_STATUS_METHOD, params_type=DetailedTask, handler=self.on_status
+            )
+        ]
 
     async def _resolve(self, handle: TaskHandle, ctx: ClaimContext) -> types.CallToolResult:
         task = await wait_task(ctx.session, handle.task_id)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from boundary import ConfigurationError
 from boundary.models import is_safe_id
 from tasks.exits import EXIT_USAGE
+from tasks.mcp_server.options import ServerOptions
 from tasks.mcp_server.settings import DEFAULT_HOST, DEFAULT_PORT
 
 
@@ -31,14 +32,12 @@ def mcp_command(
     port: Annotated[int, typer.Option("--port", help="HTTP port.")] = DEFAULT_PORT,
     run: Annotated[
         str | None,
-        typer.Option("--run", help="The run of requests whose _meta names none."),
+        typer.Option("--run", help=ServerOptions.model_fields["run_id"].description),
     ] = None,
     require_call_id: Annotated[
         bool,
         typer.Option(
-            "--require-call-id",
-            help="Refuse calls whose _meta names no tool-boundary/tool_call_id "
-            "(INVALID_TOOL_CALL_ID) instead of minting one.",
+            "--require-call-id", help=ServerOptions.model_fields["require_call_id"].description
         ),
     ] = False,
 ) -> None:

@@ -11,6 +11,8 @@ import uvicorn
 from mcp.server.lowlevel import Server
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tasks.mcp_server.wire import WireGuard
+
 if TYPE_CHECKING:
     from tasks.mcp_server.oauth.config import OAuthConfig
 
@@ -57,9 +59,12 @@ def http_app(
 ) -> ASGIApp:
     """The ASGI app: stateless (no session lives in one process); each POST is answered on its
     own event stream, so the request's notifications (``notifications/progress`` that keep a
-    long plain call alive) reach the client before the answer."""
-    app: ASGIApp = server.streamable_http_app(
-        streamable_http_path=MCP_PATH, stateless_http=True, json_response=False, host=host
+    long plain call alive) reach the client before the answer; a 2025-11-25 stream opens with
+    a priming event, and ``-32022`` names every revision served (``wire.WireGuard``)."""
+    app: ASGIApp = WireGuard(
+        server.streamable_http_app(
+            streamable_http_path=MCP_PATH, stateless_http=True, json_response=False, host=host
+        )
     )
     if oauth is not None:
         from tasks.mcp_server.oauth.guard import OAuthGuard

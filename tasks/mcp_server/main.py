@@ -12,8 +12,10 @@ from mcp.server.stdio import stdio_server
 
 from boundary import ConfigurationError, ToolBoundary
 from tasks.mcp_server.http import MCP_PATH, run_http
+from tasks.mcp_server.options import ServerOptions
 from tasks.mcp_server.server import build_server
 from tasks.mcp_server.settings import MCPSettings, is_loopback
+from tasks.mcp_server.wire import ServedVersionsWriter
 from tasks.runtime import get_runtime
 from tasks.wiring.dispatcher import CeleryDispatcher
 
@@ -41,30 +43,18 @@ def check_binding(host: str, settings: MCPSettings) -> str | None:
     return token or None
 
 
-def make_server(
-    run_id: str | None, settings: MCPSettings, *, list_tasks: bool = True, oauth: bool = False
-) -> tuple[ToolBoundary, Server[object]]:
+def make_server(options: ServerOptions) -> tuple[ToolBoundary, Server[object]]:
     from tasks.wiring.app import app
 
     boundary = get_runtime().boundary(CeleryDispatcher(app))
-    return boundary, build_server(
-        boundary,
-        run_id=run_id,
-        poll_interval_ms=settings.poll_interval_ms,
-        call_wait_s=settings.call_wait_s,
-        progress_s=settings.progress_s,
-        task_support=settings.task_support,
-        tool_task_support=settings.tool_task_support,
-        require_call_id=settings.require_call_id,
-        list_tasks=list_tasks,
-        oauth=oauth,
-    )
+    return boundary, build_server(boundary, options)
 
 
 async def _serve_stdio(server: Server[object], boundary: ToolBoundary) -> None:
     try:
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            writer = ServedVersionsWriter(write_stream)
+            await server.run(read_stream, writer, server.create_initialization_options())
     finally:
         await boundary.aclose()
 
@@ -92,7 +82,10 @@ def serve(
     token = check_binding(host, settings) if transport == "http" and oauth is None else None
     # Over HTTP without a token requesters cannot be told apart: no tasks/list (the spec).
     list_tasks = transport == "stdio" or token is not None or oauth is not None
-    boundary, server = make_server(run_id, settings, list_tasks=list_tasks, oauth=oauth is not None)
+    options = ServerOptions.of(
+        settings, run_id=run_id, list_tasks=list_tasks, oauth=oauth is not None
+    )
+    boundary, server = make_server(options)
     if transport == "stdio":
         anyio.run(_serve_stdio, server, boundary)
         return

@@ -18,6 +18,9 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 #: ``_meta`` keys of the agent's ids, on requests and on every result.
 RUN_ID_META = "tool-boundary/run_id"
 TOOL_CALL_ID_META = "tool-boundary/tool_call_id"
+#: ``_meta`` key of a working task's progress (2026-07-28): ``{"progress", "total"}``, the
+#: tool's last heartbeat fraction, as ``notifications/progress`` would carry it.
+PROGRESS_META = "tool-boundary/progress"
 #: Prefix of the tool_call_id the server mints when a request carries none.
 MINTED_PREFIX = "mcp-"
 
@@ -82,8 +85,9 @@ def task_fields(
     fixed_ttl_ms: int | None = None,
     created_at: datetime | None = None,
 ) -> dict[str, Any]:
-    """A ``DetailedTask``: the record's status, timestamps and TTL, and its result once
-    completed. ``ttlMs`` is ``fixed_ttl_ms`` (set once when the task was created, from
+    """A ``DetailedTask``: the record's status, timestamps and TTL, its result once completed,
+    and while working the tool's last heartbeat (its message as ``statusMessage``, its fraction
+    in ``_meta``). ``ttlMs`` is ``fixed_ttl_ms`` (set once when the task was created, from
     ``created_at``), else from the record's creation to its expiry as Redis keeps it."""
     status = task_status(state.outcome)
     created = created_at or state.created_at
@@ -102,10 +106,14 @@ def task_fields(
     record = state.record
     if status == "cancelled":
         fields["statusMessage"] = ErrorCode.CANCELLED.message
-    elif status == "working" and state.status_message:
-        # The tool's own status line (heartbeat(message=...)), documented as agent-visible,
-        # or that the call waits for a slot of its limited tool.
-        fields["statusMessage"] = state.status_message
+    elif status == "working":
+        if state.status_message:
+            # The tool's own status line (heartbeat(message=...)), documented as agent-visible,
+            # or that the call waits for a slot of its limited tool.
+            fields["statusMessage"] = state.status_message
+        if record.progress is not None:
+            # More than the line for a client that polls: how far the tool says it is.
+            fields["_meta"] = {PROGRESS_META: {"progress": record.progress, "total": 1.0}}
     elif status == "completed" and state.outcome is not None:
         result = tool_result(state.outcome, ids_meta(record.run_id, record.tool_call_id))
         fields["result"] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -127,4 +135,5 @@ def created_task(
         task_id, state, poll_interval_ms, fixed_ttl_ms=fixed_ttl_ms, created_at=created_at
     )
     fields.pop("result", None)
-    return {"resultType": "task", **fields, "_meta": ids_meta(record.run_id, record.tool_call_id)}
+    meta = {**fields.pop("_meta", {}), **ids_meta(record.run_id, record.tool_call_id)}
+    return {"resultType": "task", **fields, "_meta": meta}

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tasks.mcp_server.options import CallOptions
 
 #: Where ``--transport http`` listens by default.
 DEFAULT_HOST = "127.0.0.1"
@@ -17,8 +18,12 @@ DEFAULT_PORT = 8765
 ASYMMETRIC_ALGORITHMS = ("RS256", "ES256", "EdDSA")
 
 
-class MCPSettings(BaseSettings):
-    """``TOOL_BOUNDARY_MCP_TOKEN`` is the HTTP bearer token: required to bind anywhere but
+class MCPSettings(BaseSettings, CallOptions):
+    """The call options (``tasks.mcp_server.options.CallOptions``: ``POLL_INTERVAL_MS``,
+    ``CALL_WAIT_S``, ``PROGRESS_S``, ``TASK_SUPPORT``, ``TOOL_TASK_SUPPORT``,
+    ``REQUIRE_CALL_ID``), and the door's own settings.
+
+    ``TOOL_BOUNDARY_MCP_TOKEN`` is the HTTP bearer token: required to bind anywhere but
     loopback, enforced on loopback too when set. It is never logged or echoed.
 
     The ``AUTH_*`` settings, ``RESOURCE``, ``TENANT_CLAIM``, ``SCOPE_CLAIMS`` and ``JWKS_*``
@@ -28,18 +33,6 @@ class MCPSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TOOL_BOUNDARY_MCP_", extra="ignore")
 
     token: SecretStr | None = None
-    #: ``pollIntervalMs`` suggested to task pollers.
-    poll_interval_ms: int = Field(default=500, gt=0)
-    #: How long a plain (not task-augmented) ``tools/call`` waits before cancelling the call.
-    call_wait_s: float = Field(default=600.0, gt=0)
-    #: Longest gap between two ``notifications/progress`` of a plain call that asked for them.
-    progress_s: float = Field(default=5.0, gt=0)
-    #: Every tool's ``execution.taskSupport`` on 2025-11-25 connections...
-    task_support: Literal["forbidden", "optional", "required"] = "optional"
-    #: ...unless named here, as JSON: ``{"slow_report": "required"}``.
-    tool_task_support: dict[str, Literal["forbidden", "optional", "required"]] = {}
-    #: Refuse calls whose ``_meta`` names no tool_call_id (``INVALID_TOOL_CALL_ID``).
-    require_call_id: bool = False
 
     #: The server's canonical URI (RFC 8707), e.g. ``https://mcp.example.com/mcp``: a token's
     #: ``aud`` must contain it.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import time
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 from boundary import CanonicalKey, ErrorCode, ToolOutcome
 from boundary.store.redis_tasks import TaskEntry
 from tasks.mcp_server.calls import TaskState
+from tasks.mcp_server.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 from tasks.mcp_server.oauth.principal import Principal, principal_of_scope
 from tasks.mcp_server.results import ids_meta, tool_result
 
@@ -42,22 +43,12 @@ TASKS_REVISION = "2025-11-25"
 #: ``_meta`` key tying a message to its task.
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 
-TaskSupport = Literal["forbidden", "optional", "required"]
-
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-
 #: ``statusMessage`` of a working task whose tool has said nothing.
 WORKING_MESSAGE = "The call is running."
 #: ``tasks/list`` page size.
 LIST_PAGE_SIZE = 50
 #: How long one wait of ``tasks/result`` lasts before it looks again, seconds.
 RESULT_WAIT_S = 30.0
-
-
-def speaks_2025_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
-    return ctx.protocol_version == TASKS_REVISION
 
 
 def server_capability(*, list_tasks: bool) -> types.ServerTasksCapability:
@@ -92,10 +83,6 @@ def requester(ctx: ServerRequestContext[Any, Any], session_owner: str) -> str:
     if not authorization:
         return "anonymous"
     return "token-" + hashlib.sha256(authorization.encode()).hexdigest()[:32]
-
-
-def task_not_found() -> MCPError:
-    return MCPError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
 
 
 def not_task_augmentable(reason: str) -> MCPError:

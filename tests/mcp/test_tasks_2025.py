@@ -21,6 +21,7 @@ from boundary import (
     ToolBoundary,
 )
 from tasks.mcp_server import tasks_2025
+from tasks.mcp_server.options import ServerOptions
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.server import build_server
 from tasks.mcp_server.tasks_2025 import RELATED_TASK_META
@@ -226,9 +227,8 @@ def test_tasks_list_pages_newest_first_and_only_the_requesters_tasks(
 
 def test_task_support_is_enforced_per_tool(boundary: ToolBoundary) -> None:
     async def scenario() -> tuple[MCPError, MCPError, Any]:
-        server = build_server(
-            boundary, tool_task_support={"lookup": "forbidden", "sleepy": "required"}
-        )
+        options = ServerOptions(tool_task_support={"lookup": "forbidden", "sleepy": "required"})
+        server = build_server(boundary, options)
         async with Client(server, mode="legacy") as client:
             session = client.session
             with pytest.raises(MCPError) as forbidden:
@@ -268,7 +268,8 @@ def test_tasks_methods_and_task_params_are_refused_where_the_revision_has_no_tas
 
 def test_require_call_id_refuses_a_call_without_the_agents_id(boundary: ToolBoundary) -> None:
     async def scenario() -> Any:
-        async with Client(build_server(boundary, require_call_id=True), mode="legacy") as client:
+        server = build_server(boundary, ServerOptions(require_call_id=True))
+        async with Client(server, mode="legacy") as client:
             return await client.call_tool("lookup", {"query": "x"}, meta={RUN_ID_META: RUN.run_id})
 
     result = anyio.run(scenario)
