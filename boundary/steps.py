@@ -497,12 +497,14 @@ def project_step(
     sealed = outcome_from_record(record)
     if sealed is not None:
         return sealed
+    spec = registry.get(record.tool_name)
+    version = spec.projector_version if spec is not None else None
 
     def overdue() -> ToolOutcome:
         # On the watchdog's side, at the deadline, while the projector may still run in line.
         note = f"the projector ran past its time limit of {timeout_s:g}s"
         failed = _failed(record.tool_name, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)
-        written = _seal_failed_projection(store, key, failed, handed_over)
+        written = _seal_failed_projection(store, key, failed, handed_over, version)
         outcome = _final_outcome(store, key)
         if written is WriteStatus.OK:
             telemetry.sealed(outcome)
@@ -519,7 +521,7 @@ def project_step(
         note = f"the projector ran past its time limit of {timeout_s:g}s"
         projected = _failed(record.tool_name, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)
     if isinstance(projected, Diagnostic):
-        written = _seal_failed_projection(store, key, projected, handed_over)
+        written = _seal_failed_projection(store, key, projected, handed_over, version)
         outcome = ToolOutcome.error(key.tool_call_id, projected.error_code)
     else:
         outcome, result, scope = projected
@@ -530,6 +532,7 @@ def project_step(
             agent_result=result,
             scope=scope,
             created_at=handed_over,
+            projector_version=version,
         )
     if written is WriteStatus.OK:
         telemetry.sealed(outcome)
@@ -543,7 +546,11 @@ def project_step(
 
 
 def _seal_failed_projection(
-    store: CanonicalStore, key: CanonicalKey, failed: Diagnostic, handed_over: datetime | None
+    store: CanonicalStore,
+    key: CanonicalKey,
+    failed: Diagnostic,
+    handed_over: datetime | None,
+    version: str | None,
 ) -> WriteStatus:
     """Seals the call ERROR with the diagnostic's code (a projection that failed)."""
     failed.log(key.identity)
@@ -553,6 +560,7 @@ def _seal_failed_projection(
         error_code=failed.error_code,
         diagnostic=failed,
         created_at=handed_over,
+        projector_version=version,
     )
     logger.info("call %s sealed ERROR %s", key.identity, failed.error_code.value)
     return written

@@ -63,6 +63,7 @@ _SHOWN_FIELDS = (
     "status",
     "evidence_status",
     "error_code",
+    "projector_version",
     "seq",
     "created_at",
     "updated_at",
@@ -223,7 +224,10 @@ def _print_facts(facts: ObservedFacts) -> None:
         if fact.evidence_status is EvidenceStatus.NO_EVIDENCE:
             evidence += " (negative)"
         console.print(
-            Text(f"{number:>3}. {fact.tool_call_id}  {printable(fact.tool_name)}  {evidence}")
+            Text(
+                f"{number:>3}. {fact.tool_call_id}  {printable(fact.tool_name)}  {evidence}"
+                f"  projector v{fact.projector_version or '?'}"
+            )
         )
         if fact.result is not None:
             console.print(Text(f"     result: {_compact(fact.result, FACT_CELL_CHARS)}"))
