@@ -513,7 +513,7 @@ def project_step(
         return outcome
 
     try:
-        projected = _project(registry, record, store.limits, timeout_s, overdue)
+        projected = project_raw(registry, record, store.limits, timeout_s, overdue)
     except ToolOverdue as late:
         if isinstance(late.outcome, ToolOutcome):
             return late.outcome
@@ -566,15 +566,17 @@ def _seal_failed_projection(
     return written
 
 
-def _project(
+def project_raw(
     registry: ToolRegistry,
     record: CanonicalRecord,
     limits: Limits,
     timeout_s: float,
-    on_overdue: Callable[[], ToolOutcome],
+    on_overdue: Callable[[], ToolOutcome] | None = None,
 ) -> tuple[ToolOutcome, str, str | None] | Diagnostic:
     """The READY outcome with its result and scope as canonical JSON, or why it failed (the
-    diagnostic carries the code to seal ERROR with)."""
+    diagnostic carries the code to seal ERROR with): the record's raw response projected by
+    its tool's projector in ``registry``, with the checks of a seal. Writes nothing (a
+    re-projection uses it too: ``boundary.reprojection``)."""
     tool = record.tool_name
     spec = registry.get(tool)
     if spec is None:

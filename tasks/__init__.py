@@ -23,6 +23,7 @@ if os.path.basename(sys.argv[0]) == "tool-boundary":
 from tasks.app import app, configure  # noqa: E402
 from tasks.calls import execute_tool, project_result, reap_stuck_calls  # noqa: E402
 from tasks.dispatcher import CeleryDispatcher  # noqa: E402
+from tasks.jobs import reproject_chunk as reproject_chunk  # noqa: E402
 from tasks.metrics_endpoint import MetricsEndpoint as MetricsEndpoint  # noqa: E402
 from tasks.runs import project_run as project_run  # noqa: E402
 from tasks.runs import project_runs as project_runs  # noqa: E402

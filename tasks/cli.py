@@ -39,6 +39,8 @@ from tasks.commands.interrupts import (
     on_sigint,
     was_interrupted,
 )
+from tasks.commands.jobs import jobs_app
+from tasks.commands.jobs import reproject_command as reproject_jobs_command
 from tasks.commands.limits import limits_app
 from tasks.commands.records import observe, runs, show
 from tasks.commands.watch import watch
@@ -205,7 +207,8 @@ cli.command()(interruptible(runs))
 cli.command()(interruptible(observe))
 cli.command()(interruptible(watch))
 cli.add_typer(limits_app)
-cli.command(name="reproject")(interruptible(reproject_command))
+cli.command(name="reproject")(interruptible(reproject_jobs_command))
+cli.add_typer(jobs_app)
 cli.command()(interruptible(demo))
 cli.command()(web)
 cli.command("mcp")(mcp_command)

@@ -29,6 +29,7 @@ from boundary import (
     StoreError,
 )
 from boundary.models import is_safe_id
+from boundary.reprojection import observe_version
 from tasks.app import PROJECT_RUN, PROJECT_RUNS, app
 from tasks.calls import retrying
 from tasks.runtime import get_runtime
@@ -77,9 +78,13 @@ def _projector(store: CanonicalStore) -> RunProgressProjector:
     )
 
 
-def observe_run(store: CanonicalStore, run_id: str) -> ObservedFacts:
+def observe_run(
+    store: CanonicalStore, run_id: str, projector_version: str | None = None
+) -> ObservedFacts:
     """The run's observed facts: what ``ToolBoundary.observe`` returns, for readers that
     have a store but no registry or dispatcher (this task, the CLI)."""
+    if projector_version is not None:
+        return observe_version(store, run_id, projector_version, _projector(store))
     return _projector(store).project(run_id, store.progress(run_id))
 
 

@@ -235,13 +235,26 @@ def _print_facts(facts: ObservedFacts) -> None:
             console.print(Text(f"     scope:  {_compact(fact.scope, FACT_CELL_CHARS)}"))
 
 
-def observe(run_id: RunArg, as_json: JsonFlag = False) -> None:
+def observe(
+    run_id: RunArg,
+    projector_version: Annotated[
+        str | None,
+        typer.Option(
+            "--projector-version",
+            help="Facts from the side projections of this projector version where kept "
+            "(reproject --projectors current --write).",
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
     """The run's observed facts: its READY calls in acceptance order, within the bounds."""
     require_id(run_id, "run id")
+    if projector_version is not None:
+        require_id(projector_version, "projector version")
     settings = settings_or_fail()
     with reaching(settings):
         store = open_store(settings)
-        facts = observe_run(store, run_id)
+        facts = observe_run(store, run_id, projector_version)
         empty = not (facts.facts or facts.excluded or facts.omitted)
         if empty and store.run_summary(run_id) is None:
             fail(f"no run {run_id} (RECORD_NOT_FOUND)", EXIT_NOT_FOUND)
