@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
+from starlette.testclient import TestClient
 from typer.testing import CliRunner, Result
 
 from boundary import (
@@ -25,6 +26,7 @@ from boundary import (
 from boundary.store import keys
 from tasks.cli import EXIT_OK, EXIT_USAGE, cli
 from tasks.settings import Settings
+from tasks.web.app import create_app
 from tests import reprojection_tools
 from tests.celery.workers import celery_process
 from tests.helpers import binary_client
@@ -223,9 +225,17 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
             record = redis_client.execute_command("PEXPIRETIME", f"tb:{{{run_id}}}:call:{call_id}")
             assert 0 < side <= record
 
-    # And the secret in the raw responses is in no line, summary, job or log
+    # And the web view's jobs page shows both jobs' progress
+    with TestClient(create_app(v1.store)) as web:
+        page = web.get("/jobs").text
+        call_page = web.get("/runs/r1/calls/c1").text
+    assert "w1" in page and "done" in page and "PROJECTION_FAILED: 1" in page
+    assert "projector version" in call_page
+
+    # And the secret in the raw responses is in no line, summary, job, page or log
     log, _ = worker_v2
     texts = [
+        page,
         result.output,
         written.output,
         observed.output,
