@@ -29,6 +29,7 @@ from tasks.commands.common import (
     JsonFlag,
     dumps,
     fail,
+    open_out,
     open_store,
     printable,
     reaching,
@@ -159,15 +160,6 @@ def start_job(
     return created, job
 
 
-def _open_out(path: str) -> IO[str]:
-    if path == "-":
-        return sys.stdout
-    try:
-        return open(path, "w", encoding="utf-8", buffering=1)  # closed by the caller
-    except OSError as exc:
-        fail(f"cannot write {path}: {exc.strerror}", EXIT_USAGE)
-
-
 def follow(
     jobs: RedisJobs, job_id: str, stream: IO[str], stall_s: float
 ) -> tuple[Job | None, int, bool]:
@@ -263,7 +255,7 @@ def reproject_current(
     if detach:
         typer.echo(dumps({"job_id": job_id, "created": created}))
         return
-    stream = _open_out(out)
+    stream = open_out(out)
     try:
         ended, lines, stalled = follow(jobs, job_id, stream, stall_s)
     finally:

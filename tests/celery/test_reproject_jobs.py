@@ -24,11 +24,12 @@ from boundary import (
     ToolCallEnvelope,
 )
 from boundary.store import keys
+from tasks.app import REPROJECTIONS_QUEUE
 from tasks.cli import EXIT_OK, EXIT_USAGE, cli
 from tasks.settings import Settings
 from tasks.web.app import create_app
 from tests import reprojection_tools
-from tests.celery.workers import celery_process
+from tests.celery.workers import celery_process, worker_args
 from tests.helpers import binary_client
 from tests.reprojection_tools import SECRET, TOOL, make_registry
 
@@ -78,33 +79,27 @@ def worker_v2(
     celery_settings: Settings, tmp_path: Path, redis_client: redis.Redis
 ) -> Iterator[tuple[Path, dict[str, str]]]:
     """A worker process on the ``reprojections`` queue with version 2 of the projector."""
-    env = {
-        "TOOL_BOUNDARY_TOOLS": "tests.reprojection_tools:registry",
-        reprojection_tools.VERSION_ENV: "2",
-        reprojection_tools.HOLD_ENV: str(tmp_path / "hold"),
-        reprojection_tools.DIE_ENV: str(tmp_path / "died"),
-    }
+    env = v2_env(tmp_path)
     log = tmp_path / "worker.log"
     with celery_process(celery_settings, *reprojection_worker("rp-a"), log=log, extra_env=env):
         yield log, env
 
 
+def v2_env(tmp_path: Path) -> dict[str, str]:
+    """A worker's environment: the test tools, version 2 of the projector, its files."""
+    return {
+        "TOOL_BOUNDARY_TOOLS": "tests.reprojection_tools:registry",
+        reprojection_tools.VERSION_ENV: "2",
+        reprojection_tools.HOLD_ENV: str(tmp_path / "hold"),
+        reprojection_tools.DIE_ENV: str(tmp_path / "died"),
+    }
+
+
 def reprojection_worker(name: str) -> tuple[str, ...]:
-    return (
-        "worker",
-        "-P",
-        "threads",
-        "-c",
-        "2",
-        "-Q",
-        "reprojections",
-        "-n",
-        f"{name}@%h",
-        "-l",
-        "INFO",
-        "--without-mingle",
-        "--without-gossip",
-    )
+    """A threads worker's arguments, on the ``reprojections`` queue only."""
+    args = list(worker_args(name, concurrency=2))
+    args[args.index("-Q") + 1] = REPROJECTIONS_QUEUE
+    return tuple(args)
 
 
 def invoke(*args: str) -> Result:
@@ -355,12 +350,7 @@ def test_a_job_killed_with_its_worker_resumes_to_the_same_totals(
         f"k{n}": [("c1", "die" if n == 3 else f"q{n}", 0.9), ("c2", f"p{n}", 0.1)] for n in range(6)
     }
     write_runs(v1, runs)
-    env = {
-        "TOOL_BOUNDARY_TOOLS": "tests.reprojection_tools:registry",
-        reprojection_tools.VERSION_ENV: "2",
-        reprojection_tools.DIE_ENV: str(tmp_path / "died"),
-        reprojection_tools.HOLD_ENV: str(tmp_path / "hold"),
-    }
+    env = v2_env(tmp_path)
     run_args = [arg for run_id in runs for arg in ("--run", run_id)]
     common = ["reproject", "--projectors", "current", *run_args, "--lanes", "1"]
     with celery_process(
