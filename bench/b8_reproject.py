@@ -145,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--processes", type=int, default=2, help="worker processes per phase")
+    parser.add_argument(
+        "--pool",
+        default="threads:4",
+        help="each worker's pool and concurrency, NAME:N (prefork:2: one worker, two processes)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/b8"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -169,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         timings.append(time.perf_counter() - began)
     results["count"] = counted | {"seconds": median_of(timings)}
 
-    threads = Pool("threads", 4)
+    name, _, concurrency = args.pool.partition(":")
+    threads = Pool(name, int(concurrency or 1))
     with workers(settings, PROJECTIONS_QUEUE, threads, args.processes, args.out / "logs"):
         sealed = [sealed_facts(run_ids) for _ in range(args.repeat)]
     results["sealed"] = {
