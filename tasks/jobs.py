@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from boundary import StoreError
@@ -85,19 +86,19 @@ def _progress(job: Job, lane: int, runs: int, code: int) -> dict[str, Any]:
     return {"job_id": job.job_id, "lane": lane, "runs": runs, "checkpoint": code}
 
 
-def _send_progress(task: Any, job_id: str) -> None:
-    """A ``task-progress`` event with the job's totals so far (counts only)."""
-    job = _jobs().get(job_id)
-    if job is None or not getattr(task.request, "id", None):
+def _send_progress(task: Any, job: Job) -> None:
+    """A ``task-progress`` event with the job's totals so far (counts only), sent as the
+    chunk starts: while it runs, Flower shows its task in ``PROGRESS`` with them."""
+    if not getattr(task.request, "id", None):
         return
-    fields = {"job_id": job_id, "state": job.state, "chunks": job.chunks} | {
+    fields = {"job_id": job.job_id, "state": job.state, "chunks": job.chunks} | {
         name: job.totals.get(name, 0) for name in ("runs", "records", "records_changed", "failed")
     }
     text = json.dumps(fields, sort_keys=True)
     try:
         task.send_event(PROGRESS_EVENT, progress_message=text, result=text)
     except Exception as exc:  # best effort: monitoring never fails a chunk
-        logger.warning("job %s progress event not sent: %s", job_id, type(exc).__name__)
+        logger.warning("job %s progress event not sent: %s", job.job_id, type(exc).__name__)
 
 
 @app.task(name=REPROJECT_CHUNK, acks_late=True, bind=True)
@@ -107,7 +108,7 @@ def reproject_chunk(self: Any, job_id: str, lane: int) -> dict[str, Any]:
     if not isinstance(job_id, str) or not isinstance(lane, int):
         return {"error": "INVALID_ARGUMENTS"}
     try:
-        result = retrying(lambda: _chunk(job_id, lane))
+        result = retrying(lambda: _chunk(job_id, lane, lambda job: _send_progress(self, job)))
     except StoreError:
         # The lane stays where it was: ``reproject --job ID`` resumes it.
         logger.error("job %s lane %d: store unavailable; the lane waits", job_id, lane)
@@ -119,7 +120,6 @@ def reproject_chunk(self: Any, job_id: str, lane: int) -> dict[str, Any]:
         logger.error("job %s lane %d failed: %s", job_id, lane, type(exc).__name__)
         _fail_lane(job_id, lane)
         return {"job_id": job_id, "lane": lane, "error": "JOB_FAILED"}
-    _send_progress(self, job_id)
     return result
 
 
@@ -136,12 +136,13 @@ def _fail_lane(job_id: str, lane: int) -> None:
         logger.error("job %s lane %d: not marked failed (store unavailable)", job_id, lane)
 
 
-def _chunk(job_id: str, lane: int) -> dict[str, Any]:
+def _chunk(job_id: str, lane: int, on_start: Callable[[Job], None]) -> dict[str, Any]:
     runtime = get_runtime()
     jobs = _jobs()
     job = jobs.get(job_id)
     if job is None or not job.active or lane in job.ended or lane not in job.cursors:
         return {"job_id": job_id, "lane": lane, "state": job.state if job else "gone"}
+    on_start(job)
     before = job.cursors[lane]
     if job.cancel:
         code = jobs.checkpoint(job_id, lane, before=before, after=before, totals={}, lines=[])

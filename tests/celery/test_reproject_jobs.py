@@ -5,6 +5,7 @@ worker was killed (SIGKILL) resumed to the same totals."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -384,3 +385,43 @@ def test_a_job_killed_with_its_worker_resumes_to_the_same_totals(
     assert [line["run_id"] for line in lines] == sorted(runs)
     assert lines == fresh_lines
     assert keys.job_key("killed") != keys.job_key("fresh")
+
+
+def test_each_chunk_sends_a_progress_event_with_counts_only(
+    cli_env: None,
+    v1: ToolBoundary,
+    worker_v2: tuple[Path, dict[str, str]],
+    celery_session_app: Celery,
+    tmp_path: Path,
+) -> None:
+    write_runs(v1, RUNS)
+    events: list[dict[str, Any]] = []
+    with celery_session_app.connection_for_read() as connection:
+        receiver = celery_session_app.events.Receiver(connection, handlers={"*": events.append})
+        listening = threading.Thread(
+            target=lambda: receiver.capture(limit=None, timeout=None, wakeup=False), daemon=True
+        )
+        listening.start()
+        try:
+            # Subscribed once the worker's heartbeat comes through.
+            wait_for(lambda: any(e["type"] == "worker-heartbeat" for e in events))
+            result, _ = reproject(
+                tmp_path / "lines.jsonl", "--all", "--lanes", "1", "--chunk-size", "1"
+            )
+            assert result.exit_code == EXIT_OK, result.output
+            progress = wait_for(
+                lambda: (
+                    [e for e in events if e["type"] == "task-progress"][1:]
+                    and [e for e in events if e["type"] == "task-progress"]
+                )
+            )
+        finally:
+            receiver.should_stop = True
+            listening.join(timeout=10)
+    # One event per chunk (two runs, a chunk each, then the lane's last, empty, page)
+    details = [json.loads(e["result"]) for e in progress]
+    assert {d["job_id"] for d in details} == {details[0]["job_id"]}
+    assert [d["runs"] for d in details][:2] == [0, 1]
+    assert all(set(d) == {"job_id", "state", "chunks", "runs", "records",
+                          "records_changed", "failed"} for d in details)  # fmt: skip
+    assert SECRET not in json.dumps(progress)
