@@ -4,6 +4,7 @@ worker was killed (SIGKILL) resumed to the same totals."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -211,6 +212,8 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
     ]
     assert facts["excluded"] == {"error": 1}
     assert v1.observe("r1", projector_version="2").model_dump(mode="json") == facts
+    by_version = asyncio.run(v1.aobserve("r1", projector_version="2"))
+    assert by_version.model_dump(mode="json") == facts
     # (the sealed facts are still version 1's)
     assert [f.projector_version for f in v1.observe("r1").facts] == ["1"] * 4
     # And every side projection expires no later than its record
