@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import Pool, bench_settings
-from bench.fixtures import _batched, create_noop, ensure_scripts
+from bench.fixtures import batched, create_noop, ensure_scripts
 from bench.workers import WorkerProcess, running
 from boundary import CanonicalKey, EvidenceStatus, RedisCanonicalStore, canonical_json
 from boundary.reprojection import Selection, count
@@ -75,7 +75,7 @@ def write_runs(store: RedisCanonicalStore, runs: int, calls: int) -> float:
         )
 
     began = time.perf_counter()
-    _batched(store, keys(), write)
+    batched(store, keys(), write)
     return time.perf_counter() - began
 
 

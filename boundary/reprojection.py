@@ -28,11 +28,10 @@ from boundary.models import (
 from boundary.progress import RunProgressProjector
 from boundary.registry import ToolRegistry
 from boundary.steps import DEFAULT_PROJECTION_TIMEOUT_S, project_raw
-from boundary.store import keys
-from boundary.store._redis_common import RedisClient, translated
 from boundary.store.base import CanonicalStore, ProgressEntry, WriteStatus
 from boundary.store.codec import ms
-from boundary.store.redis_side import RedisSideProjections
+from boundary.store.redis import RedisClient
+from boundary.store.redis_side import RedisSideProjections, run_counters, runs_page
 
 #: The statuses a selection may name (``--status``): the sealed ones.
 SELECTABLE_STATUSES = (InvocationStatus.READY.value, InvocationStatus.ERROR.value)
@@ -161,10 +160,7 @@ def page_runs(
         return mine, (str(after) if after < len(selection.runs) else "")
     score_text, _, skip_text = cursor.partition(":")
     score, skip = int(score_text), int(skip_text or 0)
-    with translated():
-        members: list[tuple[str, float]] = client.zrange(  # type: ignore[assignment]
-            keys.RUNS, score, high_ms, byscore=True, offset=skip, num=span, withscores=True
-        )
+    members = runs_page(client, score, skip, high_ms, span)
     mine = [run_id for run_id, _ in members if lane_of(run_id, lanes) == lane]
     if len(members) < span:
         return mine, ""
@@ -189,12 +185,7 @@ def count(client: RedisClient, selection: Selection, *, now_ms: int, ttl_ms: int
         page, cursor = page_runs(
             client, selection, cursor, size=COUNT_BATCH, lane=0, lanes=1, high_ms=high
         )
-        with translated():
-            pipe = client.pipeline(transaction=False)
-            for run_id in page:
-                pipe.hmget(keys.budget_key(run_id), ["calls", *wanted])
-            replies = pipe.execute()
-        for calls, *values in replies:
+        for calls, *values in run_counters(client, page, ["calls", *wanted]):
             if calls is None:
                 continue  # the run expired
             found = sum(int(v or 0) for v in values)

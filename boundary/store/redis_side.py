@@ -89,3 +89,28 @@ class RedisSideProjections:
             for key in call_keys:
                 pipe.pttl(keys.side_key(key, version))
             return [int(ttl) for ttl in pipe.execute()]
+
+
+# --- the runs index and run counters, read in pages (a re-projection's selection) ----------
+
+
+def runs_page(
+    client: RedisClient, low_ms: int, skip: int, high_ms: int, most: int
+) -> list[tuple[str, float]]:
+    """Up to ``most`` members of the runs index scored in ``[low_ms, high_ms]``, after the
+    first ``skip`` of them, in score then id order, with their scores (one ZRANGE)."""
+    with translated():
+        return client.zrange(  # type: ignore[return-value]
+            keys.RUNS, low_ms, high_ms, byscore=True, offset=skip, num=most, withscores=True
+        )
+
+
+def run_counters(
+    client: RedisClient, run_ids: Sequence[str], fields: Sequence[str]
+) -> list[list[str | None]]:
+    """Each run's budget counters ``fields`` (``keys.budget_key``), in order (one pipeline)."""
+    with translated():
+        pipe = client.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hmget(keys.budget_key(run_id), list(fields))
+        return list(pipe.execute())
