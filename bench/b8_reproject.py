@@ -116,7 +116,7 @@ def current_job(store: RedisCanonicalStore, settings: Settings, job_id: str) -> 
     assert jobs is not None
     began = time.perf_counter()
     start_job(
-        jobs, settings, job_id, Selection(all=True), write=False, rate=None, chunk=100, lanes=2
+        store, settings, job_id, Selection(all=True), write=False, rate=None, chunk=100, lanes=2
     )
     sink = io.StringIO()
     job, lines, stalled = follow(jobs, job_id, sink, stall_s=120)
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"B8: wrote {args.runs:,} runs of {args.calls} calls in {write_s:.1f}s", file=sys.stderr)
     results: dict[str, Any] = {"runs": args.runs, "calls_per_run": args.calls, "write_s": write_s}
 
-    now_ms = int(time.time() * 1000)
+    now_ms = int(store.now().timestamp() * 1000)
     timings = []
     for _ in range(args.repeat):
         began = time.perf_counter()

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from boundary import RedisCanonicalStore
 from boundary.reprojection import SELECTABLE_STATUSES, Selection, count, first_cursor, summary
 from boundary.store.codec import ms
 from boundary.store.redis_jobs import Job, RedisJobs
@@ -127,7 +128,7 @@ def new_job_id() -> str:
 
 
 def start_job(
-    jobs: RedisJobs,
+    store: RedisCanonicalStore,
     settings: Settings,
     job_id: str,
     selection: Selection,
@@ -138,8 +139,11 @@ def start_job(
     lanes: int,
 ) -> tuple[bool, Job]:
     """Creates job ``job_id`` and sends its lanes, or finds the job with that id and sends
-    its lanes that have not ended (a resume: harmless when they run)."""
-    now_ms = int(time.time() * 1000)
+    its lanes that have not ended (a resume: harmless when they run). Times are the store's
+    clock (the runs index is scored on it)."""
+    jobs = RedisJobs.of(store)
+    assert jobs is not None
+    now_ms = ms(store.now())
     ttl_ms = int(settings.ttl_s * 1000)
     spec = {
         "selection": selection.as_json(),
@@ -244,7 +248,7 @@ def reproject_current(
     jobs = RedisJobs.of(store)
     assert jobs is not None
     created, job = start_job(
-        jobs, settings, job_id, selection, write=write, rate=rate, chunk=chunk, lanes=lanes
+        store, settings, job_id, selection, write=write, rate=rate, chunk=chunk, lanes=lanes
     )
     if not created:
         same = job.spec.get("selection") == selection.as_json() and job.spec.get("write") == write
@@ -365,7 +369,7 @@ def reproject_command(
     if count_only:
         with reaching(settings):
             store = open_store(settings)
-            now_ms = int(time.time() * 1000)
+            now_ms = ms(store.now())
             counted = count(
                 store.client, selection, now_ms=now_ms, ttl_ms=int(settings.ttl_s * 1000)
             )
