@@ -72,7 +72,7 @@ def send_lanes(job: Job) -> int:
     return len(lanes)
 
 
-def _pace_s(spec: dict[str, Any], lanes: int, records: int) -> float:
+def pace_s(spec: dict[str, Any], lanes: int, records: int) -> float:
     """The countdown before a lane's next chunk under ``--rate N/PERIOD_S``: the lane's share
     of the rate spent on this chunk's records."""
     rate = spec.get("rate")
@@ -171,7 +171,7 @@ def _chunk(job_id: str, lane: int, on_start: Callable[[Job], None]) -> dict[str,
         lines=dumps_lines(report.lines),
     )
     if code == Checkpoint.GOES_ON:
-        send_lane(job_id, lane, _pace_s(spec, job.lanes, report.totals["records"]))
+        send_lane(job_id, lane, pace_s(spec, job.lanes, report.totals["records"]))
     elif code == Checkpoint.NOT_MINE:
         logger.info("job %s lane %d: chunk done by another task; not counted", job_id, lane)
     return _progress(job, lane, len(runs), code)
