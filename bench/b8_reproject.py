@@ -30,6 +30,7 @@ from bench.fixtures import batched, create_noop, ensure_scripts
 from bench.workers import WorkerProcess, running
 from boundary import CanonicalKey, EvidenceStatus, RedisCanonicalStore, canonical_json
 from boundary.reprojection import Selection, count
+from boundary.store import keys
 from boundary.store.redis_jobs import RedisJobs
 from tasks.app import PROJECTIONS_QUEUE, REPROJECTIONS_QUEUE, configure
 from tasks.settings import Settings
@@ -134,6 +135,31 @@ def current_job(store: RedisCanonicalStore, settings: Settings, job_id: str) -> 
     }
 
 
+def count_at_scale(store: RedisCanonicalStore, records: int, calls: int, repeat: int) -> Any:
+    """``--count`` on a store of ``records`` records in runs of ``calls``: only what it reads
+    is written (each run in the runs index and its budget counters; no record), in pipelines.
+    Seconds of each count, and what it counted."""
+    client = store.client
+    now_ms = int(store.now().timestamp() * 1000)
+    ttl_ms = int(store.ttl_s * 1000)
+    runs = records // calls
+    pipe = client.pipeline(transaction=False)
+    for r in range(runs):
+        run_id = f"b8-count-{r}"
+        pipe.zadd(keys.RUNS, {run_id: now_ms + ttl_ms - r % 1000})
+        pipe.hset(keys.budget_key(run_id), mapping={"calls": calls, "sealed:READY": calls})
+        pipe.pexpire(keys.budget_key(run_id), ttl_ms)
+        if r % 5000 == 4999:
+            pipe.execute()
+    pipe.execute()
+    timings = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        counted = count(client, Selection(all=True), now_ms=now_ms, ttl_ms=ttl_ms)
+        timings.append(time.perf_counter() - began)
+    return counted | {"seconds": median_of(timings)}
+
+
 def median_of(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -152,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("bench/results/b8"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--count-records",
+        type=int,
+        default=0,
+        help="also time --count on a store of this many records (index and counters only)",
+    )
     args = parser.parse_args(argv)
 
     settings = bench_settings(args.redis_url).model_copy(update={"tools": TOOLS})
@@ -196,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         "failed": current[0]["failed"],
     }
     print(f"B8 current: {results['current']['records_per_s']}", file=sys.stderr)
+    if args.count_records:
+        results["count_at_scale"] = count_at_scale(
+            store, args.count_records, args.calls, args.repeat
+        )
+        print(f"B8 count at scale: {results['count_at_scale']}", file=sys.stderr)
     text = json.dumps(results, indent=2, sort_keys=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "b8.json").write_text(text + "\n")
