@@ -10,6 +10,7 @@ asyncio side (a Redis Cluster client) gets the sync calls run on threads instead
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from weakref import WeakKeyDictionary
@@ -175,12 +176,17 @@ class AsyncCalls:
             return await asyncio.to_thread(self.door.outcome, run_id, tool_call_id, timeout)
         return await await_outcome(store, key, give_up, self.progress)
 
-    async def aobserve(self, run: RunContext | str) -> ObservedFacts:
+    async def aobserve(
+        self, run: RunContext | str, projector_version: str | None = None
+    ) -> ObservedFacts:
         """``ToolBoundary.aobserve``."""
         run_id = run if isinstance(run, str) else run.run_id
         store = self.store()
-        if store is None:
-            return await asyncio.to_thread(self.door.observe, run_id)
+        if store is None or projector_version is not None:
+            # Side projections are read by the sync store's pipeline, on a thread.
+            return await asyncio.to_thread(
+                functools.partial(self.door.observe, run_id, projector_version=projector_version)
+            )
         entries = await store.progress(run_id)
         return self.door.run_projector.project(run_id, entries, now=self.door.clock())
 

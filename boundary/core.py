@@ -127,13 +127,19 @@ class ToolBoundary:
         needs no envelope and no repeated run id. ``timeout`` is its calls' default wait."""
         return RunBoundary(self, run, timeout=timeout)
 
-    def observe(self, run: RunContext | str) -> ObservedFacts:
+    def observe(
+        self, run: RunContext | str, *, projector_version: str | None = None
+    ) -> ObservedFacts:
         """The run's READY calls as bounded observed facts, in acceptance order.
+
+        ``projector_version``: built from the side projections of that projector version
+        (``tool-boundary reproject --projectors current --write``) where present.
 
         Raises:
             StoreUnavailable: the store cannot be read.
         """
-        return sync_calls.observe(self, run if isinstance(run, str) else run.run_id)
+        run_id = run if isinstance(run, str) else run.run_id
+        return sync_calls.observe(self, run_id, projector_version)
 
     # --- The same calls for an event loop ----------------------------------------------------
 
@@ -163,9 +169,11 @@ class ToolBoundary:
         the call runs on and its outcome stays readable."""
         return await self._aio.aoutcome(run_id, tool_call_id, timeout)
 
-    async def aobserve(self, run: RunContext | str) -> ObservedFacts:
+    async def aobserve(
+        self, run: RunContext | str, *, projector_version: str | None = None
+    ) -> ObservedFacts:
         """``observe`` for an event loop."""
-        return await self._aio.aobserve(run)
+        return await self._aio.aobserve(run, projector_version)
 
     async def aclose(self) -> None:
         """Closes the running loop's Redis connections of the async calls (its pool and its

@@ -44,7 +44,9 @@ class Door(CallTerms, Protocol):
         self, run_id: str, tool_call_id: str, timeout: float | None = None
     ) -> ToolOutcome: ...
 
-    def observe(self, run: RunContext | str) -> ObservedFacts: ...
+    def observe(
+        self, run: RunContext | str, *, projector_version: str | None = None
+    ) -> ObservedFacts: ...
 
     async def ainvoke(
         self,

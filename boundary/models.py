@@ -156,6 +156,10 @@ class CanonicalRecord(_Frozen):
     #: The tool's last reported fraction done (0..1) and status line (agent-visible).
     progress: float | None = None
     progress_message: str | None = None
+    #: The version of the projector that sealed the record (``ToolSpec.projector_version``);
+    #: ``None`` for a record sealed before versions were written, or sealed with no
+    #: projection (the tool failed).
+    projector_version: str | None = None
 
     @property
     def key(self) -> CanonicalKey:
@@ -331,6 +335,9 @@ class ObservedFact(_Frozen):
     evidence_status: EvidenceStatus
     result: Any = None
     scope: Any = None
+    #: The version of the projector that made it (``None``: a record sealed before versions
+    #: were written).
+    projector_version: str | None = None
 
     @property
     def negative(self) -> bool:

@@ -88,6 +88,7 @@ class RunProgressProjector:
                     evidence_status=record.evidence_status,
                     result=json.loads(record.agent_result) if record.agent_result else None,
                     scope=json.loads(record.scope) if record.scope else None,
+                    projector_version=record.projector_version,
                 )
             except ValueError:
                 # A result that is not JSON was not written by this code: not evidence.

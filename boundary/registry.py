@@ -10,7 +10,7 @@ from jsonschema.protocols import Validator
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from boundary.errors import ConfigurationError, ErrorCode
-from boundary.models import Projection
+from boundary.models import SAFE_ID_PATTERN, Projection
 from boundary.schema import (
     ANY_OBJECT,
     SchemaError,
@@ -131,6 +131,10 @@ class ToolSpec(BaseModel):
     #: Calls that may wait for a slot; past it a call is refused at submit with ``TOOL_BUSY``
     #: (nothing created or charged). ``None``: no bound.
     max_waiting: int | None = Field(default=None, ge=0)
+    #: The version of ``projector``, written into each record it seals (``projector_version``)
+    #: and naming the side projections a re-projection keeps (``tool-boundary reproject
+    #: --projectors current --write``). Change it with the projector's code.
+    projector_version: str = Field(default="1", pattern=SAFE_ID_PATTERN, max_length=64)
 
     #: ``input_schema`` and its compiled validator: built once, reused by every call, and
     #: built again if the schema object is replaced (``model_copy(update=...)`` copies this).

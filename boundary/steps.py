@@ -497,12 +497,14 @@ def project_step(
     sealed = outcome_from_record(record)
     if sealed is not None:
         return sealed
+    spec = registry.get(record.tool_name)
+    version = spec.projector_version if spec is not None else None
 
     def overdue() -> ToolOutcome:
         # On the watchdog's side, at the deadline, while the projector may still run in line.
         note = f"the projector ran past its time limit of {timeout_s:g}s"
         failed = _failed(record.tool_name, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)
-        written = _seal_failed_projection(store, key, failed, handed_over)
+        written = _seal_failed_projection(store, key, failed, handed_over, version)
         outcome = _final_outcome(store, key)
         if written is WriteStatus.OK:
             telemetry.sealed(outcome)
@@ -511,7 +513,7 @@ def project_step(
         return outcome
 
     try:
-        projected = _project(registry, record, store.limits, timeout_s, overdue)
+        projected = project_raw(registry, record, store.limits, timeout_s, overdue)
     except ToolOverdue as late:
         if isinstance(late.outcome, ToolOutcome):
             return late.outcome
@@ -519,7 +521,7 @@ def project_step(
         note = f"the projector ran past its time limit of {timeout_s:g}s"
         projected = _failed(record.tool_name, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)
     if isinstance(projected, Diagnostic):
-        written = _seal_failed_projection(store, key, projected, handed_over)
+        written = _seal_failed_projection(store, key, projected, handed_over, version)
         outcome = ToolOutcome.error(key.tool_call_id, projected.error_code)
     else:
         outcome, result, scope = projected
@@ -530,6 +532,7 @@ def project_step(
             agent_result=result,
             scope=scope,
             created_at=handed_over,
+            projector_version=version,
         )
     if written is WriteStatus.OK:
         telemetry.sealed(outcome)
@@ -543,7 +546,11 @@ def project_step(
 
 
 def _seal_failed_projection(
-    store: CanonicalStore, key: CanonicalKey, failed: Diagnostic, handed_over: datetime | None
+    store: CanonicalStore,
+    key: CanonicalKey,
+    failed: Diagnostic,
+    handed_over: datetime | None,
+    version: str | None,
 ) -> WriteStatus:
     """Seals the call ERROR with the diagnostic's code (a projection that failed)."""
     failed.log(key.identity)
@@ -553,20 +560,23 @@ def _seal_failed_projection(
         error_code=failed.error_code,
         diagnostic=failed,
         created_at=handed_over,
+        projector_version=version,
     )
     logger.info("call %s sealed ERROR %s", key.identity, failed.error_code.value)
     return written
 
 
-def _project(
+def project_raw(
     registry: ToolRegistry,
     record: CanonicalRecord,
     limits: Limits,
     timeout_s: float,
-    on_overdue: Callable[[], ToolOutcome],
+    on_overdue: Callable[[], ToolOutcome] | None = None,
 ) -> tuple[ToolOutcome, str, str | None] | Diagnostic:
     """The READY outcome with its result and scope as canonical JSON, or why it failed (the
-    diagnostic carries the code to seal ERROR with)."""
+    diagnostic carries the code to seal ERROR with): the record's raw response projected by
+    its tool's projector in ``registry``, with the checks of a seal. Writes nothing (a
+    re-projection uses it too: ``boundary.reprojection``)."""
     tool = record.tool_name
     spec = registry.get(tool)
     if spec is None:

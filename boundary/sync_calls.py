@@ -38,6 +38,7 @@ from boundary.models import (
     ToolOutcome,
     is_safe_id,
 )
+from boundary.reprojection import observe_version
 from boundary.store.base import WriteStatus
 from boundary.store.flow import Admitted, ToolLimits
 from boundary.store.seal_wait import SyncSealWatch
@@ -317,8 +318,13 @@ def await_seal(
         watch.wait(_slice(terms, left))
 
 
-def observe(terms: CallTerms, run_id: str) -> ObservedFacts:
-    """``ToolBoundary.observe``: the run's READY calls as bounded observed facts."""
+def observe(terms: CallTerms, run_id: str, projector_version: str | None = None) -> ObservedFacts:
+    """``ToolBoundary.observe``: the run's READY calls as bounded observed facts (by
+    projector version: ``boundary.reprojection.observe_version``)."""
+    if projector_version is not None:
+        return observe_version(
+            terms.store, run_id, projector_version, terms.run_projector, now=terms.clock()
+        )
     if not is_safe_id(run_id):
         # No record is ever created under an unsafe id (preflight refuses it), and such
         # an id (a lone surrogate, say) cannot even be encoded for Redis: nothing to see.

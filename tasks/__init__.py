@@ -32,6 +32,7 @@ from tasks.runtime import exit_on_invalid_settings  # noqa: E402
 from tasks.wiring.app import app, configure  # noqa: E402
 from tasks.wiring.dispatcher import CeleryDispatcher  # noqa: E402
 from tasks.worker.calls import execute_tool, project_result, reap_stuck_calls  # noqa: E402
+from tasks.worker.jobs import reproject_chunk as reproject_chunk  # noqa: E402
 from tasks.worker.metrics_endpoint import MetricsEndpoint as MetricsEndpoint  # noqa: E402
 from tasks.worker.runs import project_run as project_run  # noqa: E402
 from tasks.worker.runs import project_runs as project_runs  # noqa: E402

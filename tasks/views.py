@@ -23,6 +23,7 @@ from boundary import (
 )
 from boundary.flow import waiting_progress
 from boundary.models import is_safe_id
+from boundary.reprojection import observe_version
 from boundary.store.flow import FlowStatus
 
 # --- A run's line ---------------------------------------------------------------------------
@@ -47,9 +48,14 @@ def _projector(store: CanonicalStore) -> RunProgressProjector:
     )
 
 
-def observe_run(store: CanonicalStore, run_id: str) -> ObservedFacts:
+def observe_run(
+    store: CanonicalStore, run_id: str, projector_version: str | None = None
+) -> ObservedFacts:
     """The run's observed facts: what ``ToolBoundary.observe`` returns, for readers that
-    have a store but no registry or dispatcher (the ``project_run`` task, the CLI, the web)."""
+    have a store but no registry or dispatcher (the ``project_run`` task, the CLI, the web);
+    with ``projector_version``, built from that version's side projections where present."""
+    if projector_version is not None:
+        return observe_version(store, run_id, projector_version, _projector(store))
     return _projector(store).project(run_id, store.progress(run_id))
 
 

@@ -89,7 +89,7 @@ def _request(key: CanonicalKey) -> str:
     return canonical_json({"query": f"q {key.tool_call_id}"})
 
 
-def _batched(
+def batched(
     store: RedisCanonicalStore,
     calls: Iterable[CanonicalKey],
     write: Callable[[RedisCanonicalStore, CanonicalKey], object],
@@ -124,7 +124,7 @@ def write_sealed(
         batch.store_raw(key, raw)
         batch.seal(key, evidence_status=EvidenceStatus.EVIDENCE_FOUND, agent_result=agent_result)
 
-    return _batched(store, calls, write)
+    return batched(store, calls, write)
 
 
 def write_pending(
@@ -132,7 +132,7 @@ def write_pending(
 ) -> int:
     """Creates each call PROJECTING (a call a worker never finished), due for the reaper at
     its ``deadline``; returns the count."""
-    return _batched(
+    return batched(
         store,
         calls,
         lambda batch, key: create_noop(batch, key, request=_request(key), deadline=deadline),

@@ -79,6 +79,9 @@ class SealTerms(TypedDict, total=False):
     #: Seal only the record created at this time (the one the caller read): a record under
     #: the same ids created at another time answers ``WriteStatus.REPLACED``.
     created_at: datetime | None
+    #: The version of the projector that made this projection (``ToolSpec.projector_version``),
+    #: written into the record; ``None``: not written.
+    projector_version: str | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,7 @@ PROGRESS_FIELDS = (
     "heartbeat_at",
     "progress",
     "progress_message",
+    "projector_version",
 )
 
 
@@ -129,6 +130,7 @@ def decode_record(fields: dict[str, str]) -> CanonicalRecord:
             heartbeat_at=_from_ms(fields.get("heartbeat_at")),
             progress=float(fields["progress"]) if fields.get("progress") else None,
             progress_message=fields.get("progress_message") or None,
+            projector_version=fields.get("projector_version") or None,
         )
     except (KeyError, ValueError, ValidationError):
         # A record this code did not write: refuse it rather than guess.
@@ -295,8 +297,8 @@ def seal_args(
         key.tool_call_id,
     ]
     created_at = terms.get("created_at")
-    if created_at is not None:
-        argv.append(exact_ms(created_at))
+    argv.append("" if created_at is None else exact_ms(created_at))
+    argv.append(terms.get("projector_version") or "")
     return run_keys, argv
 
 

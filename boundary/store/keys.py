@@ -120,3 +120,26 @@ def flow_keys(tool: str) -> list[str]:
 #: ``tool-boundary limits set``: how every process learns which tools have one. The tool's own
 #: ``conf`` key holds the same override for its scripts. Touched alone (one Cluster slot).
 FLOW_OVERRIDES = f"{PREFIX}:flow-overrides"
+
+
+def side_key(key: CanonicalKey, version: str) -> str:
+    """A re-projection's side projection of one call by projector ``version`` (a hash: the
+    new projection's status, evidence, result, scope, code and version), beside its record and
+    expiring no later than it (``tool-boundary reproject --projectors current --write``)."""
+    return f"{PREFIX}:{{{key.run_id}}}:side:{key.tool_call_id}:{version}"
+
+
+#: Re-projection jobs share one hash tag, so a job's scripts touch one Cluster slot.
+_JOBS_TAG = f"{PREFIX}:{{jobs}}"
+#: Every job by id, scored by its creation time (epoch ms): what ``tool-boundary jobs`` lists.
+JOBS = f"{_JOBS_TAG}:index"
+
+
+def job_key(job_id: str) -> str:
+    """A re-projection job (a hash: its selection, state, each lane's cursor and totals)."""
+    return f"{_JOBS_TAG}:job:{job_id}"
+
+
+def job_lines_key(job_id: str) -> str:
+    """A job's report lines (a stream, capped), in the order its chunks were checkpointed."""
+    return f"{_JOBS_TAG}:lines:{job_id}"

@@ -5,9 +5,10 @@ their exit codes, and output that is safe on an operator's terminal (``printable
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from typing import IO, Annotated, Any, NoReturn
 
 import typer
 from rich.text import Text
@@ -99,3 +100,14 @@ def pretty(value: Any, limit: int) -> Text:
     if len(text) > limit:
         text = f"{text[:limit]}... ({len(text) - limit} more characters; --json shows all)"
     return Text(printable(text))
+
+
+def open_out(path: str) -> IO[str]:
+    """The file ``--out`` names (``-``: stdout), line-buffered: a line is written when it is
+    done, even if Ctrl-C ends the process next (it leaves by os._exit: no close)."""
+    if path == "-":
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8", buffering=1)  # closed by the caller
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror}", EXIT_USAGE)

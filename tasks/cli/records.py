@@ -61,6 +61,7 @@ _SHOWN_FIELDS = (
     "status",
     "evidence_status",
     "error_code",
+    "projector_version",
     "seq",
     "created_at",
     "updated_at",
@@ -218,7 +219,10 @@ def _print_facts(facts: ObservedFacts) -> None:
         if fact.evidence_status is EvidenceStatus.NO_EVIDENCE:
             evidence += " (negative)"
         console.print(
-            Text(f"{number:>3}. {fact.tool_call_id}  {printable(fact.tool_name)}  {evidence}")
+            Text(
+                f"{number:>3}. {fact.tool_call_id}  {printable(fact.tool_name)}  {evidence}"
+                f"  projector v{fact.projector_version or '?'}"
+            )
         )
         if fact.result is not None:
             console.print(Text(f"     result: {_compact(fact.result, FACT_CELL_CHARS)}"))
@@ -226,13 +230,26 @@ def _print_facts(facts: ObservedFacts) -> None:
             console.print(Text(f"     scope:  {_compact(fact.scope, FACT_CELL_CHARS)}"))
 
 
-def observe(run_id: RunArg, as_json: JsonFlag = False) -> None:
+def observe(
+    run_id: RunArg,
+    projector_version: Annotated[
+        str | None,
+        typer.Option(
+            "--projector-version",
+            help="Facts from the side projections of this projector version where kept "
+            "(reproject --projectors current --write).",
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
     """The run's observed facts: its READY calls in acceptance order, within the bounds."""
     require_id(run_id, "run id")
+    if projector_version is not None:
+        require_id(projector_version, "projector version")
     settings = settings_or_fail()
     with reaching(settings):
         store = open_store(settings)
-        facts = observe_run(store, run_id)
+        facts = observe_run(store, run_id, projector_version)
         empty = not (facts.facts or facts.excluded or facts.omitted)
         if empty and store.run_summary(run_id) is None:
             fail(f"no run {run_id} (RECORD_NOT_FOUND)", EXIT_NOT_FOUND)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,6 +17,7 @@ from tasks.cli.common import (
     JsonFlag,
     dumps,
     fail,
+    open_out,
     open_store,
     reaching,
     require_id,
@@ -40,17 +41,6 @@ def _runs_to_reproject(store: RedisCanonicalStore, runs: list[str], all_runs: bo
         shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
         fail(f"no run {shown} (RECORD_NOT_FOUND); nothing was reprocessed", EXIT_NOT_FOUND)
     return unique
-
-
-def _open_out(path: str) -> IO[str]:
-    if path == "-":
-        return sys.stdout
-    try:
-        # Line-buffered: a run's line is written when it is done, even if Ctrl-C ends the
-        # process next (it leaves by os._exit: no close).
-        return open(path, "w", encoding="utf-8", buffering=1)  # closed by the caller
-    except OSError as exc:
-        fail(f"cannot write {path}: {exc.strerror}", EXIT_USAGE)
 
 
 def _print_summary(summary: dict[str, Any], as_json: bool, to_stderr: bool) -> None:
@@ -111,7 +101,7 @@ def reproject_command(
     started = time.monotonic()
     with reaching(settings):
         run_ids = _runs_to_reproject(open_store(settings), runs, all_runs)
-        stream = _open_out(out)
+        stream = open_out(out)
         err = Console(stderr=True)
         summary = BatchSummary()
         try:

@@ -27,7 +27,7 @@ from boundary.flow import Flow
 from boundary.models import is_safe_id
 from boundary.store.base import CanonicalStore
 from tasks.views import printable
-from tasks.web import pages
+from tasks.web import jobs_page, pages
 from tasks.web.auth import Csrf, TokenGuard
 from tasks.web.feed import RunFeeds, TooManyStreams
 
@@ -230,6 +230,7 @@ def create_app(
         routes=[
             Route("/", view.runs),
             Route("/limits", view.limits),
+            Route("/jobs", jobs_page.jobs),
             Route("/runs/{run_id}", view.run),
             Route("/runs/{run_id}/events", view.events),
             Route("/runs/{run_id}/calls/{tool_call_id}", view.call),

@@ -23,12 +23,16 @@ TOOLS_QUEUE = "tools"
 PROJECTIONS_QUEUE = "projections"
 #: Queue of long-running tools (``ToolSpec(queue="long")``), with workers of their own.
 LONG_QUEUE = "long"
+#: Queue of re-projection jobs' chunks (``tool-boundary reproject --projectors current``), so
+#: a job never waits in line with, nor holds back, live calls' project steps.
+REPROJECTIONS_QUEUE = "reprojections"
 
 EXECUTE = "tool_boundary.execute"
 PROJECT = "tool_boundary.project"
 PROJECT_RUN = "tool_boundary.project_run"
 PROJECT_RUNS = "tool_boundary.project_runs"
 REAP = "tool_boundary.reap"
+REPROJECT_CHUNK = "tool_boundary.reproject_chunk"
 #: Hands a limited tool's free slots to its line when the rate limit allows (scheduled).
 FLOW_WAKE = "tool_boundary.flow_wake"
 
@@ -60,7 +64,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             Queue(name, Exchange(name, type="direct"), routing_key=name)
             # Declared, so monitors (Flower's Broker page) list each queue, also one whose
             # workers are down; a worker still consumes the queues its -Q names.
-            for name in (TOOLS_QUEUE, LONG_QUEUE, PROJECTIONS_QUEUE)
+            for name in (TOOLS_QUEUE, LONG_QUEUE, PROJECTIONS_QUEUE, REPROJECTIONS_QUEUE)
         ),
         "task_default_queue": TOOLS_QUEUE,
         "task_routes": {
@@ -70,6 +74,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             PROJECT_RUNS: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
             REAP: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
             FLOW_WAKE: {"queue": PROJECTIONS_QUEUE, "routing_key": PROJECTIONS_QUEUE},
+            REPROJECT_CHUNK: {"queue": REPROJECTIONS_QUEUE, "routing_key": REPROJECTIONS_QUEUE},
         },
         "task_acks_late": True,
         "worker_prefetch_multiplier": 1,

@@ -22,7 +22,7 @@ from boundary import InvocationStatus, ToolCallEnvelope
 from tasks import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
-from tasks.wiring.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
+from tasks.wiring.app import PROJECTIONS_QUEUE, REPROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import ROOT, settings_env
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
@@ -48,6 +48,7 @@ def test_compose_file_has_the_services_with_health_checks(compose: dict[str, Any
         "worker-tools",
         "worker-long",
         "worker-projections",
+        "worker-reprojections",
         "beat",
         "flower",
         "web",
@@ -72,8 +73,9 @@ def test_compose_workers_cover_both_queues_and_settings_are_real(compose: dict[s
         for name, service in services.items()
         if name.startswith("worker-")
     }
-    # (``long``: the queue of long-running tools, ``ToolSpec(queue="long")``)
-    assert queues == {TOOLS_QUEUE, PROJECTIONS_QUEUE, "long"}
+    # (``long``: the queue of long-running tools, ``ToolSpec(queue="long")``;
+    # ``reprojections``: re-projection jobs' chunks)
+    assert queues == {TOOLS_QUEUE, PROJECTIONS_QUEUE, "long", REPROJECTIONS_QUEUE}
     fields = {f"TOOL_BOUNDARY_{name.upper()}" for name in Settings.model_fields}
     for name, service in services.items():
         own = {"TOOL_BOUNDARY_WEB_TOKEN"} if name == "web" else set()
@@ -92,7 +94,8 @@ def procfile() -> dict[str, str]:
 def test_procfile_has_the_same_processes_as_compose(compose: dict[str, Any]) -> None:
     processes = procfile()
     assert set(processes) == {
-        "worker_tools", "worker_long", "worker_projections", "beat", "flower", "web",
+        "worker_tools", "worker_long", "worker_projections", "worker_reprojections", "beat",
+        "flower", "web",
     }  # fmt: skip
     assert {p.replace("_", "-") for p in processes} == set(compose["services"]) - {"redis"}
     for name, command in processes.items():

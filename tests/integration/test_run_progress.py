@@ -413,6 +413,7 @@ def test_byte_bound_keeps_a_prefix_and_counts_the_rest(
                 "evidence_status": "EVIDENCE_FOUND",
                 "result": {"answer": "q000"},
                 "scope": {"query": "q000"},
+                "projector_version": "1",
             }
         )
     )

@@ -20,6 +20,7 @@
 -- ARGV[10] = tool_call_id, the message published on ARGV[9]
 -- ARGV[11] = created_at (epoch ms) of the record the caller read, or absent/"" for any: a
 --            record under the same ids created at another time is another call's
+-- ARGV[12] = projector version (ToolSpec.projector_version), or absent/"" for none
 --
 -- Returns {1, tool_name} sealed (the tool, so a limited tool's slot can be given up); 0 missing
 -- or expired; {-1, tool_name} not PROJECTING (sealed already: maybe by this caller, whose
@@ -80,6 +81,9 @@ if code ~= "" then
 end
 if ARGV[8] and ARGV[8] ~= "" then
   redis.call("HSET", KEYS[1], "diagnostic", ARGV[8])
+end
+if ARGV[12] and ARGV[12] ~= "" then
+  redis.call("HSET", KEYS[1], "projector_version", ARGV[12])
 end
 
 -- The progress member carries the record's expiry so a reader can tell expired from missing.

@@ -1,0 +1,25 @@
+-- side_write: keeps a re-projection's new projection of one call beside its record, by
+-- projector version. The record itself is never written.
+--
+-- KEYS[1] = record key      tb:{run}:call:<id>
+-- KEYS[2] = side key        tb:{run}:side:<id>:<version>
+-- ARGV[1] = created_at (epoch ms) of the record the projection was made from
+-- ARGV[2..] = field, value pairs of the side projection
+--
+-- The side projection expires with its record: its TTL is the record's remaining TTL, read
+-- in this script (never extended past it).
+--
+-- Returns 1 written; 0 the record is gone (or has no expiry: not ours); -3 the record under
+-- these ids is another call (created at another time).
+
+local pttl = redis.call("PTTL", KEYS[1])
+if pttl <= 0 then
+  return 0
+end
+if redis.call("HGET", KEYS[1], "created_at") ~= ARGV[1] then
+  return -3
+end
+redis.call("DEL", KEYS[2])
+redis.call("HSET", KEYS[2], unpack(ARGV, 2))
+redis.call("PEXPIRE", KEYS[2], pttl)
+return 1

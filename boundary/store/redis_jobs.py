@@ -1,0 +1,204 @@
+"""Re-projection jobs in Redis: a small hash per job (its selection, state, each lane's
+cursor and the totals), a capped stream of its report lines, and an index of jobs. Every
+change is one Lua script, so a chunk's cursor, totals and lines move together."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from boundary.models import SAFE_ID
+from boundary.store import keys
+from boundary.store._redis_common import RedisClient, load_script, translated
+from boundary.store.base import CanonicalStore
+
+_START = load_script("job_start")
+_CHECKPOINT = load_script("job_checkpoint")
+_CANCEL = load_script("job_cancel")
+
+#: A job's hash and lines live this long after its last checkpoint (a week).
+DEFAULT_JOB_TTL_S = 7 * 24 * 3600
+#: Report lines a job keeps (older ones are trimmed; a follower reads them as they come).
+DEFAULT_MAX_LINES = 100_000
+
+#: A job's states.
+RUNNING, DONE, CANCELLED, FAILED = "running", "done", "cancelled", "failed"
+
+
+class Checkpoint:
+    """What ``job_checkpoint.lua`` answered."""
+
+    GOES_ON = 1
+    ENDED = 2
+    NOT_MINE = 0
+    NO_JOB = -1
+    LANE_ENDED = -2
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as its hash holds it (no report lines)."""
+
+    job_id: str
+    spec: dict[str, Any]
+    state: str
+    cancel: bool
+    lanes: int
+    lanes_ended: int
+    cursors: dict[int, str]
+    ended: frozenset[int]
+    created_at_ms: int
+    updated_at_ms: int
+    finished_at_ms: int | None
+    chunks: int
+    totals: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.state == RUNNING
+
+    def as_dict(self) -> dict[str, Any]:
+        """The job as ``jobs show --json`` prints it: ids, counts and times, nothing raw."""
+        return {
+            "job_id": self.job_id,
+            "state": "cancelling" if self.active and self.cancel else self.state,
+            "spec": self.spec,
+            "lanes": self.lanes,
+            "lanes_ended": self.lanes_ended,
+            "chunks": self.chunks,
+            "created_at_ms": self.created_at_ms,
+            "updated_at_ms": self.updated_at_ms,
+            "finished_at_ms": self.finished_at_ms,
+            "totals": dict(sorted(self.totals.items())),
+        }
+
+
+def _job(fields: Mapping[str, str]) -> Job:
+    lanes = int(fields.get("lanes", 0))
+    return Job(
+        job_id=fields.get("id", ""),
+        spec=json.loads(fields.get("spec") or "{}"),
+        state=fields.get("state", ""),
+        cancel=fields.get("cancel") == "1",
+        lanes=lanes,
+        lanes_ended=int(fields.get("lanes_ended", 0)),
+        cursors={n: fields.get(f"lane:{n}", "") for n in range(lanes)},
+        ended=frozenset(n for n in range(lanes) if f"lane:{n}:ended" in fields),
+        created_at_ms=int(fields.get("created_at", 0)),
+        updated_at_ms=int(fields.get("updated_at", 0)),
+        finished_at_ms=int(fields["finished_at"]) if fields.get("finished_at") else None,
+        chunks=int(fields.get("chunks", 0)),
+        totals={name[2:]: int(value) for name, value in fields.items() if name.startswith("t:")},
+    )
+
+
+class RedisJobs:
+    """Jobs' hashes, lines and index on one Redis (they share one hash tag)."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        ttl_s: float = DEFAULT_JOB_TTL_S,
+        max_lines: int = DEFAULT_MAX_LINES,
+    ) -> None:
+        self._client = client
+        self.ttl_ms = int(ttl_s * 1000)
+        self.max_lines = max_lines
+        self._start = client.register_script(_START)
+        self._checkpoint = client.register_script(_CHECKPOINT)
+        self._cancel = client.register_script(_CANCEL)
+
+    @classmethod
+    def of(cls, store: CanonicalStore) -> RedisJobs | None:
+        client = getattr(store, "client", None)
+        return cls(client) if client is not None else None
+
+    def start(self, job_id: str, spec: dict[str, Any], lanes: int, cursor: str) -> tuple[bool, Job]:
+        """Creates the job, or finds the one with this id: ``(created, job)``."""
+        if SAFE_ID.fullmatch(job_id) is None:
+            raise ValueError("job id is not a safe identifier")
+        argv: list[str | int] = [
+            job_id,
+            json.dumps(spec, sort_keys=True),
+            lanes,
+            self.ttl_ms,
+            cursor,
+        ]
+        with translated():
+            created, _ = self._start(keys=[keys.job_key(job_id), keys.JOBS], args=argv)
+        job = self.get(job_id)
+        assert job is not None  # written by the script just now (or before)
+        return int(created) == 1, job
+
+    def get(self, job_id: str) -> Job | None:
+        if SAFE_ID.fullmatch(job_id) is None:
+            return None
+        with translated():
+            fields: dict[str, str] = self._client.hgetall(keys.job_key(job_id))  # type: ignore[assignment]
+        return _job(fields) if fields else None
+
+    def recent(self, limit: int = 100) -> list[Job]:
+        """The newest ``limit`` jobs, newest first (the index, then one pipeline)."""
+        with translated():
+            ids: list[str] = self._client.zrange(keys.JOBS, 0, limit - 1, desc=True)  # type: ignore[assignment]
+            pipe = self._client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hgetall(keys.job_key(job_id))
+            replies = pipe.execute()
+        return [_job(fields) for fields in replies if fields]
+
+    def checkpoint(
+        self,
+        job_id: str,
+        lane: int,
+        *,
+        before: str,
+        after: str,
+        totals: Mapping[str, int],
+        lines: Sequence[str],
+        stop: bool = False,
+        failed: bool = False,
+    ) -> int:
+        """Moves ``lane`` from cursor ``before`` to ``after`` ("" = the lane is done), adding
+        ``totals`` and ``lines``, in one script: a ``Checkpoint`` code."""
+        ending = "2" if failed else "1" if stop else "0"
+        argv: list[Any] = [lane, before, after, ending, self.ttl_ms, self.max_lines]
+        argv.append(len(totals))
+        for name, value in totals.items():
+            argv += [name, value]
+        argv += list(lines)
+        with translated():
+            reply = self._checkpoint(
+                keys=[keys.job_key(job_id), keys.job_lines_key(job_id)], args=argv
+            )
+        return int(reply)
+
+    def cancel(self, job_id: str) -> str | None:
+        """Asks the job to stop: its state before (``None``: no such job)."""
+        if SAFE_ID.fullmatch(job_id) is None:
+            return None
+        with translated():
+            state = self._cancel(keys=[keys.job_key(job_id)], args=[])
+        return str(state) or None
+
+    def lines(
+        self, job_id: str, after: str = "0", count: int = 1000, block_ms: int | None = None
+    ) -> list[tuple[str, str]]:
+        """Report lines after stream id ``after``: ``(id, line)`` pairs, oldest first."""
+        with translated():
+            reply: Any = self._client.xread(
+                {keys.job_lines_key(job_id): after}, count=count, block=block_ms
+            )
+        if not reply:
+            return []
+        entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
+        return [(entry_id, values.get("l", "")) for entry_id, values in entries]
+
+    def first_line_id(self, job_id: str) -> str | None:
+        """The id of the oldest line kept (``None``: none), to tell lines trimmed away."""
+        with translated():
+            first: Any = self._client.xrange(keys.job_lines_key(job_id), count=1)
+        return first[0][0] if first else None
