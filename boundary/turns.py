@@ -37,12 +37,12 @@ from boundary.store.base import CreateResult
 from boundary.store.flow import Admitted, ToolLimits
 from boundary.store.seal_wait import SyncSealWatch
 from boundary.sync_calls import (
-    _seal_watch,
-    _slice,
-    _withdraw,
     await_outcome,
     await_seal,
     seal_dispatch_failed,
+    seal_watch,
+    wait_slice,
+    withdraw,
 )
 
 logger = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ def _create_and_send(
 def _give_back(flow: object, prepared: Prepared, limited: _Limited | None) -> None:
     if limited is not None and isinstance(flow, Flow):
         tool = prepared.create["tool_name"]
-        _withdraw(flow, prepared.key, tool, limited.limits, limited.taken)
+        withdraw(flow, prepared.key, tool, limited.limits, limited.taken)
 
 
 def invoke_many(
@@ -177,12 +177,12 @@ def invoke_many(
             key = _key_if_valid(envelope, run)
             if key is None or key.tool_call_id in watches:
                 continue
-            watch = _seal_watch(terms, key)
+            watch = seal_watch(terms, key)
             if watch is None:
                 break
             watches[key.tool_call_id] = stack.enter_context(watch)
             if not watch.join_subscribed():
-                confirmed = watch.attach(_slice(terms, time_left(give_up))) and confirmed
+                confirmed = watch.attach(wait_slice(terms, time_left(give_up))) and confirmed
         submissions = submit_many(terms, envelopes, run)
         outcomes: list[ToolOutcome] = []
         for submission in submissions:
