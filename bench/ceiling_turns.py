@@ -24,7 +24,7 @@ from typing import Any
 import redis
 
 from bench.ceiling import (
-    _CREATE_TERMS,
+    REQUEST,
     SECONDS,
     WARMUP_S,
     Driver,
@@ -36,12 +36,23 @@ from bench.config import BROKER_DB, DEFAULT_REDIS_URL, STORE_DB, db_url
 from bench.cpu import server_cpu_s
 from bench.lock import exclusive
 from bench.meta import commit, load
+from bench.tools import NOOP
 from boundary.models import CanonicalKey
 from boundary.store import keys
 from boundary.store.turns import CREATE_MANY, create_many_args
 
 #: Calls of a turn (a model turn's parallel tool calls).
 TURN = 8
+#: What each call is created with (``bench.ceiling``'s calls are created with the same).
+CREATE_TERMS: Any = {
+    "tool_name": NOOP,
+    "request": REQUEST,
+    "deadline": None,
+    "max_pending_s": 600,
+    "reap_grace_s": 60,
+    "max_run_calls": None,
+    "max_tool_calls": None,
+}
 
 
 class TurnDriver(Driver):
@@ -60,7 +71,7 @@ class TurnDriver(Driver):
         self.waiter.subscribe(keys.sealed_channel(calls[0].run_id))
         # The turn's create: ONE script for its calls.
         run_keys, argv = create_many_args(
-            [(key, _CREATE_TERMS) for key in calls], ttl_ms=600_000, index=True
+            [(key, CREATE_TERMS) for key in calls], ttl_ms=600_000, index=True
         )
         self.create_many(keys=run_keys, args=argv)
         steps = self.steps()[1:]  # every call's round trips after its create

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
+from boundary import telemetry
 from boundary.call_steps import (
     Prepared,
     give_up_at,
@@ -58,6 +59,7 @@ class _Limited:
     taken: bool
 
 
+@telemetry.traced_submit_many
 def submit_many(
     terms: CallTerms, envelopes: Sequence[ToolCallEnvelope], run: RunContext
 ) -> list[Submission]:
