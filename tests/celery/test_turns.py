@@ -19,6 +19,7 @@ import redis.connection
 
 from boundary import RunContext, ToolBoundary, ToolCallEnvelope
 from boundary.errors import ErrorCode
+from boundary.flow import Flow
 from boundary.models import InvocationStatus, Submission, ToolOutcome
 from boundary.store import keys
 from boundary.store._redis_common import load_script
@@ -96,6 +97,17 @@ def _ends(
     ]
 
 
+def _until_narrow_is_free(boundary: ToolBoundary) -> None:
+    """Waits until no call holds or waits for the ``narrow`` tool's slot: a seal gives its
+    slot up in a round trip of its own, after the seal its waiter sees."""
+    flow = boundary.store.flow
+    assert isinstance(flow, Flow)
+    give_up = time.monotonic() + WAIT_S
+    while (status := flow.status("narrow")).running or status.waiting:
+        assert time.monotonic() < give_up, status
+        time.sleep(0.02)
+
+
 def _rebased(envelopes: list[ToolCallEnvelope], run: RunContext) -> list[ToolCallEnvelope]:
     return [e.model_copy(update={"run_id": run.run_id}) for e in envelopes]
 
@@ -121,6 +133,7 @@ def test_a_mixed_turn_keeps_each_calls_outcome_in_order_as_one_by_one(
 ) -> None:
     boundary = celery_boundary
     limit = boundary.store.limits.max_request_bytes
+    _until_narrow_is_free(boundary)  # (no earlier test's call holds the limited tool's slot)
     # Given a turn mixing every case, made once as a turn and once one by one (other runs)
     turn_run, single_run = _run(), _run()
     turn = _mixed_turn(turn_run, limit)
@@ -131,6 +144,7 @@ def test_a_mixed_turn_keeps_each_calls_outcome_in_order_as_one_by_one(
     together = boundary.submit_many(turn, turn_run)
     flow_tools.HOLD.set()
     ends = _ends(boundary, turn_run, turn)
+    _until_narrow_is_free(boundary)
     flow_tools.HOLD.clear()
     one_by_one = [boundary.submit(envelope, single_run) for envelope in singles]
     flow_tools.HOLD.set()
@@ -287,7 +301,12 @@ def test_a_turn_is_one_create_script_and_one_broker_write(
 
     reader = threading.Thread(target=watch, daemon=True)
     reader.start()
-    time.sleep(0.3)  # MONITOR is on once its first reply came; a margin, not an assertion
+    # MONITOR is on once it shows a command sent after it
+    give_up = time.monotonic() + WAIT_S
+    while not any("START-TURN-MONITOR" in c["command"] for c in list(seen)):
+        assert time.monotonic() < give_up, "MONITOR never started"
+        monitor_client.echo("START-TURN-MONITOR")
+        time.sleep(0.05)
     # When a turn of eight calls is submitted, counting the broker connection's writes
     with _Writes(BROKER_DB) as broker_writes:
         submissions = boundary.submit_many(turn, run)
