@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from weakref import WeakKeyDictionary
 
 from boundary import telemetry
@@ -162,6 +162,35 @@ class AsyncCalls:
         # Dispatches end in batches (one wake-up per publishing batch): waits start in turn.
         await admission().turn()
         return await await_outcome(store, submission.key, give_up, self.progress)
+
+    async def asubmit_many(
+        self, envelopes: Sequence[ToolCallEnvelope], run: RunContext
+    ) -> list[Submission]:
+        """``ToolBoundary.asubmit_many``: the turn's one create script and one publish on a
+        thread, shielded (a turn recorded is always sent, whatever happens to the caller)."""
+        return await asyncio.shield(asyncio.to_thread(self.door.submit_many, envelopes, run))
+
+    async def ainvoke_many(
+        self,
+        envelopes: Sequence[ToolCallEnvelope],
+        run: RunContext,
+        timeout: float | None = None,
+    ) -> list[ToolOutcome]:
+        """``ToolBoundary.ainvoke_many``: the accepted calls' waits share the run's one
+        channel subscription (the store's notifier subscribes each channel once)."""
+        give_up = give_up_at(timeout)
+        store = self.store()
+        if store is None:
+            return await asyncio.to_thread(self.door.invoke_many, envelopes, run, timeout)
+        submissions = await self.asubmit_many(envelopes, run)
+
+        async def one(submission: Submission) -> ToolOutcome:
+            if submission.outcome is not None:
+                return submission.outcome
+            assert submission.key is not None
+            return await await_outcome(store, submission.key, give_up, self.progress)
+
+        return list(await asyncio.gather(*(one(submission) for submission in submissions)))
 
     async def aoutcome(
         self, run_id: str, tool_call_id: str, timeout: float | None = None

@@ -9,9 +9,9 @@ module or the other path.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from boundary import sync_calls
+from boundary import sync_calls, turns
 from boundary.aio_calls import AsyncCalls
 from boundary.dispatch import Dispatcher
 from boundary.flow import Flow
@@ -122,6 +122,29 @@ class ToolBoundary:
         ``DUPLICATE_TOOL_CALL``; the tool is not run again (see ``submit``)."""
         return sync_calls.invoke(self, envelope, run, timeout, replay=replay)
 
+    def submit_many(
+        self, envelopes: Sequence[ToolCallEnvelope], run: RunContext
+    ) -> list[Submission]:
+        """``submit`` of a model turn's calls (of ``run``), in one round trip each way: each
+        call preflighted on its own (a refused call refuses no other), the accepted ones
+        created in ONE store script in the order given (duplicates, also within the turn,
+        and budgets charged in order, exactly as one by one), all sent in ONE broker round
+        trip (a failed send seals its calls DISPATCH_FAILED). A limited tool's call asks for
+        its slot first, as one by one (TOOL_BUSY when its line is full). One ``Submission``
+        per envelope, in the order given. Never raises for bad input."""
+        return turns.submit_many(self, envelopes, run)
+
+    def invoke_many(
+        self,
+        envelopes: Sequence[ToolCallEnvelope],
+        run: RunContext,
+        timeout: float | None = None,
+    ) -> list[ToolOutcome]:
+        """``submit_many`` then wait for every accepted call on one subscription (the run's
+        seal channel), ``timeout`` bounding the whole; one outcome per envelope, in the
+        order given (a PROJECTING one, ``pending``, for a call still running at the end)."""
+        return turns.invoke_many(self, envelopes, run, timeout)
+
     def for_run(self, run: RunContext, *, timeout: float = DEFAULT_CALL_TIMEOUT_S) -> RunBoundary:
         """A handle on ``run``: ``for_run(run).call(tool_call_id, tool_name, arguments)``
         needs no envelope and no repeated run id. ``timeout`` is its calls' default wait."""
@@ -161,6 +184,22 @@ class ToolBoundary:
         PROJECTING outcome (``pending``) when ``timeout`` runs out first. ``replay`` as in
         ``invoke``: the same call made again returns the first call's outcome."""
         return await self._aio.ainvoke(envelope, run, timeout, replay=replay)
+
+    async def asubmit_many(
+        self, envelopes: Sequence[ToolCallEnvelope], run: RunContext
+    ) -> list[Submission]:
+        """``submit_many`` for an event loop (the turn goes on one thread: one script, one
+        publish)."""
+        return await self._aio.asubmit_many(envelopes, run)
+
+    async def ainvoke_many(
+        self,
+        envelopes: Sequence[ToolCallEnvelope],
+        run: RunContext,
+        timeout: float | None = None,
+    ) -> list[ToolOutcome]:
+        """``invoke_many`` for an event loop: woken by the calls' seals, never polls."""
+        return await self._aio.ainvoke_many(envelopes, run, timeout)
 
     async def aoutcome(
         self, run_id: str, tool_call_id: str, timeout: float | None = None

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from boundary import telemetry
@@ -44,6 +45,41 @@ def dispatch_call(dispatcher: Dispatcher, key: CanonicalKey, queue: str = DEFAUL
         dispatcher.send_attempt(key, attempt=1, queue=queue)
     else:
         dispatcher.dispatch(key)
+
+
+@runtime_checkable
+class BatchDispatcher(Protocol):
+    """A dispatcher that sends the first attempts of many calls (a model turn) together, in
+    one broker round trip (optional; ``dispatch_many`` sends one by one without it)."""
+
+    def dispatch_many(self, calls: Sequence[tuple[CanonicalKey, str]]) -> None:
+        """Sends attempt 1 of each ``(key, queue)``, in order; raises when the batch could
+        not be sent for certain (then any, all or none of it may have gone)."""
+
+
+def dispatch_many(dispatcher: Dispatcher, calls: Sequence[tuple[CanonicalKey, str]]) -> list[bool]:
+    """Sends the first attempt of each accepted ``(key, queue)``; whether each was sent.
+
+    The dispatcher's own ``dispatch_many`` (one round trip: a batch that fails fails for
+    every call of it, as a publish that fails does for its one call); else ``dispatch_call``
+    one after the other, each failing alone."""
+    if not calls:
+        return []
+    if isinstance(dispatcher, BatchDispatcher):
+        try:
+            dispatcher.dispatch_many(calls)
+        except Exception:
+            return [False] * len(calls)
+        return [True] * len(calls)
+    sent: list[bool] = []
+    for key, queue in calls:
+        try:
+            dispatch_call(dispatcher, key, queue)
+        except Exception:
+            sent.append(False)
+        else:
+            sent.append(True)
+    return sent
 
 
 @runtime_checkable

@@ -6,6 +6,7 @@ imports ``core`` (which imports them): the import graph of ``boundary/`` stays a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from boundary.call_steps import PrepareTerms
@@ -43,6 +44,24 @@ class Door(CallTerms, Protocol):
     def outcome(
         self, run_id: str, tool_call_id: str, timeout: float | None = None
     ) -> ToolOutcome: ...
+
+    def submit_many(
+        self, envelopes: Sequence[ToolCallEnvelope], run: RunContext
+    ) -> list[Submission]: ...
+
+    def invoke_many(
+        self,
+        envelopes: Sequence[ToolCallEnvelope],
+        run: RunContext,
+        timeout: float | None = None,
+    ) -> list[ToolOutcome]: ...
+
+    async def ainvoke_many(
+        self,
+        envelopes: Sequence[ToolCallEnvelope],
+        run: RunContext,
+        timeout: float | None = None,
+    ) -> list[ToolOutcome]: ...
 
     def observe(
         self, run: RunContext | str, *, projector_version: str | None = None

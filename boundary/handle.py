@@ -6,11 +6,15 @@ tool_call_id, the tool's name and its arguments: ``boundary.for_run(run).call(id
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from boundary.door import Door
 from boundary.models import ObservedFacts, RunContext, Submission, ToolCallEnvelope, ToolOutcome
 from boundary.registry import ToolSpec
+
+#: One call of a model turn: ``(tool_call_id, tool_name, arguments)`` as ``call`` takes them.
+ToolCall = tuple[str | None, str | None, Any]
 
 #: How long ``call`` waits for a call's outcome by default, in seconds.
 DEFAULT_CALL_TIMEOUT_S = 30.0
@@ -102,6 +106,28 @@ class RunBoundary:
         return await self.boundary.ainvoke(
             envelope, self.run, timeout=self._timeout(timeout), replay=replay
         )
+
+    def submit_many(self, calls: Sequence[ToolCall]) -> list[Submission]:
+        """A model turn's calls, each ``(tool_call_id, tool_name, arguments)``, submitted in
+        one round trip each way (``ToolBoundary.submit_many``); answers in the order given."""
+        return self.boundary.submit_many(self._envelopes(calls), self.run)
+
+    def call_many(
+        self, calls: Sequence[ToolCall], *, timeout: float | None = None
+    ) -> list[ToolOutcome]:
+        """``submit_many`` then wait for all (``ToolBoundary.invoke_many``), ``timeout``
+        bounding the whole turn; outcomes in the order given."""
+        return self.boundary.invoke_many(self._envelopes(calls), self.run, self._timeout(timeout))
+
+    async def acall_many(
+        self, calls: Sequence[ToolCall], *, timeout: float | None = None
+    ) -> list[ToolOutcome]:
+        """``call_many`` for an event loop (``ToolBoundary.ainvoke_many``)."""
+        envelopes = self._envelopes(calls)
+        return await self.boundary.ainvoke_many(envelopes, self.run, self._timeout(timeout))
+
+    def _envelopes(self, calls: Sequence[ToolCall]) -> list[ToolCallEnvelope]:
+        return [self.envelope(call_id, name, arguments) for call_id, name, arguments in calls]
 
     def outcome(self, tool_call_id: str, *, timeout: float | None = None) -> ToolOutcome:
         """The outcome of a call submitted earlier in this run."""

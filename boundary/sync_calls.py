@@ -104,11 +104,11 @@ def _submit_limited(
     try:
         created = terms.store.create(key, **prepared.create)
     except StoreError:
-        _withdraw(flow, key, tool, limits, taken)
+        withdraw(flow, key, tool, limits, taken)
         return rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
     refused = refuse(envelope, key, created, replay=replay)
     if refused is not None:
-        _withdraw(flow, key, tool, limits, taken)
+        withdraw(flow, key, tool, limits, taken)
         return refused
     if admitted in (Admitted.GRANTED, Admitted.HOLDS):
         try:
@@ -126,7 +126,7 @@ def _submit_limited(
     return Submission(key=key, accepted=True)
 
 
-def _withdraw(flow: Flow, key: CanonicalKey, tool: str, limits: ToolLimits, taken: bool) -> None:
+def withdraw(flow: Flow, key: CanonicalKey, tool: str, limits: ToolLimits, taken: bool) -> None:
     if not taken:
         return
     try:
@@ -157,7 +157,7 @@ def invoke(
     """``ToolBoundary.invoke``: ``submit`` then wait, ``timeout`` bounding both."""
     give_up = give_up_at(timeout)
     run_id, call_id = ids = (envelope.run_id, envelope.tool_call_id)
-    watch = _seal_watch(terms, key_of(run_id, call_id) if run_id and call_id else None)
+    watch = seal_watch(terms, key_of(run_id, call_id) if run_id and call_id else None)
     if watch is None:
         submission = submit(terms, envelope, run, replay=replay)
         if submission.outcome is not None:
@@ -169,7 +169,7 @@ def invoke(
         # Subscribed before the record exists: its seal cannot come before the
         # subscription, so no read is needed before the first wait.
         left = time_left(give_up)
-        confirmed = watch.attach(_slice(terms, left))
+        confirmed = watch.attach(wait_slice(terms, left))
         submission = submit(terms, envelope, run, replay=replay)
         if submission.outcome is not None:
             return submission.outcome
@@ -181,7 +181,7 @@ def invoke(
         )
 
 
-def _seal_watch(terms: CallTerms, key: CanonicalKey | None) -> SyncSealWatch | None:
+def seal_watch(terms: CallTerms, key: CanonicalKey | None) -> SyncSealWatch | None:
     """A watch on the call's seal when the dispatcher's wait would watch it anyway (its
     ``waits_on_seal``) and the store can (``watch_seal``); else ``None``."""
     watch_seal = getattr(terms.store, "watch_seal", None)
@@ -211,7 +211,7 @@ def await_outcome(
     is a stale one (of an expired record with the same ids) and is ignored. The last read
     comes after the last slice, so a wait that runs out still returns the real state.
     """
-    watch = _seal_watch(terms, key)
+    watch = seal_watch(terms, key)
     if watch is not None:
         # The dispatcher's own wait would watch the record's seal: watch it here and save
         # the reads around that wait.
@@ -225,7 +225,7 @@ def await_outcome(
                 if isinstance(state, ToolOutcome):
                     return state
             left = time_left(give_up)
-            watch.attach(_slice(terms, left))
+            watch.attach(wait_slice(terms, left))
             return await_seal(terms, key, give_up, watch, read_first=True)
     # Set once the dispatcher's wait is of no use: only the record is polled from then on.
     poll_only = False
@@ -244,7 +244,7 @@ def await_outcome(
             read = True
             continue
         read = True
-        slice_s = _slice(terms, left)
+        slice_s = wait_slice(terms, left)
         if poll_only:
             time.sleep(slice_s)
             continue  # back to reading the record
@@ -268,7 +268,7 @@ def progress_of(terms: CallTerms, record: CanonicalRecord) -> CallProgress | Non
     return CallProgress.of(record)
 
 
-def _slice(terms: CallTerms, left: float | None) -> float:
+def wait_slice(terms: CallTerms, left: float | None) -> float:
     """One wait's length: ``poll_s``, or less when less time is ``left``."""
     return terms.poll_s if left is None else min(left, terms.poll_s)
 
@@ -315,7 +315,7 @@ def await_seal(
             read = True  # out of time before the first read: read once
             continue
         read = True
-        watch.wait(_slice(terms, left))
+        watch.wait(wait_slice(terms, left))
 
 
 def observe(terms: CallTerms, run_id: str, projector_version: str | None = None) -> ObservedFacts:

@@ -66,14 +66,15 @@ class Settings(BaseSettings, LimitFields):
     task_time_limit_s: float = Field(default=3600.0, gt=0)
     #: Seconds a projector may run before its call is sealed PROJECTION_FAILED.
     projection_timeout_s: float = Field(default=DEFAULT_PROJECTION_TIMEOUT_S, gt=0)
-    #: A worker projects a call in line right after its tool returned and its raw response was
-    #: kept, and does not send the chained project task: one broker hop a call instead of two
-    #: (about half the worker's CPU a call; bench/README.md, "Issue 35"). An outcome that is
-    #: an ERROR, or a projection that fails here, still sends it (monitoring lists the ERROR
-    #: among failed tasks; a store failure is retried there). Off: every projection is a task
-    #: on the projections queue, which may be served by other workers (projectors that need
-    #: machines of their own).
-    project_in_line: bool = True
+    #: Off (the default): every call is the chain the design card names, an execute task then
+    #: a project task on the projections queue (which may be served by other workers:
+    #: projectors that need machines of their own), and Flower lists both for every call.
+    #: On (an opt-in): a worker projects a call in line right after its tool returned and its
+    #: raw response was kept, and does not send the chained project task for a READY call: one
+    #: broker hop a call instead of two (about half the worker's CPU a call; bench/README.md,
+    #: "Issue 35"). An outcome that is an ERROR, or a projection that fails there, still sends
+    #: it (monitoring lists the ERROR among failed tasks; a store failure is retried there).
+    project_in_line: bool = False
     #: Threads a worker process may start for tools and projectors: each hung one holds a
     #: thread for good, so past this many hung at once, later runs time out unstarted.
     max_tool_threads: int = Field(default=DEFAULT_MAX_TOOL_THREADS, ge=1)

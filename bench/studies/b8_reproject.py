@@ -8,7 +8,7 @@
   read as they come);
 - ``count``: ``reproject --all --count`` on the runs index, seconds.
 
-``python -m bench.b8_reproject --redis-url redis://127.0.0.1:6379 [--runs N] [--calls N]
+``python -m bench.studies.b8_reproject --redis-url redis://127.0.0.1:6379 [--runs N] [--calls N]
 [--repeat N] [--json]``. It flushes the bench's DBs of that server first.
 """
 
@@ -165,7 +165,7 @@ def median_of(values: list[float]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.b8_reproject")
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.b8_reproject")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379")
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--calls", type=int, default=10)

@@ -13,7 +13,7 @@ does: one Pub/Sub connection, subscribed to the channel of each run in flight
 ``--modes full`` adds, per call, the broker's and the events' round trips of our Celery chain
 of two tasks on the same server (``Driver.task_steps``: per task 8 round trips, 12 commands,
 with a real task message of ours as the payload). ``--modes inline`` is ``full`` with
-``TOOL_BOUNDARY_PROJECT_IN_LINE``: one task a call, no read back of the record.
+the opt-in ``TOOL_BOUNDARY_PROJECT_IN_LINE=true``: one task a call, no read back of the record.
 
 Per driver count (``--processes 1,2,4,8``): calls/s, the Redis server's CPU per call and its
 busy share (``INFO cpu`` over wall time), and the ceiling that CPU gives (a core's worth of

@@ -51,9 +51,9 @@ def add_projection_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--project-in-line",
         action=argparse.BooleanOptionalAction,
-        help="our workers project in line (one broker hop a call: the default, "
+        help="our workers project in line (one broker hop a call: the opt-in "
         "TOOL_BOUNDARY_PROJECT_IN_LINE) or, with --no-project-in-line, send the chained "
-        "project task (two hops); unset: the settings' default",
+        "project task (two hops); unset: the settings' default (the chain)",
     )
 
 

@@ -28,6 +28,7 @@ from bench.suite import (
     b6_memory,
     b6_scale,
     b7_async,
+    b8_turns,
     dbos_compare,
 )
 from bench.suite.config import (
@@ -48,7 +49,7 @@ from bench.suite.meta import load, machine
 from bench.suite.sides import Bare, BareOne, Defaults, Inline, Ours, Side, make_store
 
 ROOT = Path(__file__).resolve().parents[2]
-PHASES = ("b1", "b2", "b3", "b4", "b5", "b6", "b6s", "b7")
+PHASES = ("b1", "b2", "b3", "b4", "b5", "b6", "b6s", "b7", "b8")
 #: Seconds a run waits for another one on the same Redis server (they share DBs 3-5).
 DEFAULT_LOCK_WAIT_S = 900.0
 #: Exit status when that wait runs out (EX_TEMPFAIL).
@@ -169,7 +170,7 @@ class Bench:
     def run(self) -> dict[str, Any]:
         began = time.monotonic()
         ensure_scripts(self.ours.store)
-        if self.phases & {"b1", "b2", "b3", "b5", "b7", "dbos"}:
+        if self.phases & {"b1", "b2", "b3", "b5", "b7", "b8", "dbos"}:
             # B3, B5 and B7 run on the first pool only: the others are started for B1/B2.
             pools = self.sizes.pools
             if not self.phases & {"b1", "b2", "dbos"}:
@@ -228,6 +229,8 @@ class Bench:
                 self.b5(pool)
             if first and "b7" in self.phases:
                 self.b7(pool)
+            if first and "b8" in self.phases:
+                self.b8(pool)
             if self.dbos is not None:
                 self.dbos_peers(self.dbos, pool, pgids[self.ours.name])
 
@@ -298,6 +301,21 @@ class Bench:
         # No later phase needs these records; B4 and B6 measure a store without them.
         self.ours.store.client.flushdb()
         ensure_scripts(self.ours.store)
+
+    def b8(self, pool: Pool) -> None:
+        sizes = b8_turns.QUICK if self.args.quick else b8_turns.FULL
+        log(f"B8: turns of {sizes['size']} calls against one by one, {pool.label}")
+        got = b8_turns.measure(self.ours, **sizes)
+        self.results["b8"] = {"pool": pool.label, **got}
+        self.ours.store.client.flushdb()
+        ensure_scripts(self.ours.store)
+        submit, rate = got["submit"], got["throughput"]
+        log(
+            f"B8: turn submit {submit['turn_submit_p50_ms']:.2f} ms vs one call "
+            f"{submit['one_submit_p50_ms']:.2f} ms ({submit['ratio']:.2f}x, target <= 2); "
+            f"calls/s as turns over one by one {rate['ratio']:.2f}x "
+            f"(spread {rate['spread'][0]:.2f}-{rate['spread'][1]:.2f}, target >= 1.5)"
+        )
 
     def b7(self, pool: Pool) -> None:
         sizes = self.sizes

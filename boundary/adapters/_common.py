@@ -43,11 +43,16 @@ def run_calls(
     replay: bool = False,
 ) -> list[ToolOutcome]:
     """Runs a model turn's calls side by side: submits them all, then waits for each within
-    one shared ``timeout`` (a call still running then is a PROJECTING outcome).
+    one shared ``timeout`` (a call still running then is a PROJECTING outcome). The turn goes
+    as one (``RunBoundary.call_many``: one create script, one broker round trip, one
+    subscription for the waits).
 
     ``replay=True`` (an agent resumed from a checkpoint): a call already made under its id
     with the same tool and arguments gets the first call's outcome, not ``DUPLICATE_TOOL_CALL``.
     """
+    if not replay:
+        return handle.call_many(_triples(calls), timeout=timeout)
+    # A replayed turn: one by one (each call may be the first one's again).
     submissions = [
         handle.submit(c.tool_call_id, c.tool_name, c.arguments, replay=replay) for c in calls
     ]
@@ -69,7 +74,10 @@ async def arun_calls(
     *,
     replay: bool = False,
 ) -> list[ToolOutcome]:
-    """``run_calls`` for an event loop: the calls run concurrently, the loop stays free."""
+    """``run_calls`` for an event loop: the calls run concurrently, the loop stays free (a
+    turn that is not a replay goes as one: ``RunBoundary.acall_many``)."""
+    if not replay:
+        return await handle.acall_many(_triples(calls), timeout=timeout)
     return list(
         await asyncio.gather(
             *(
@@ -80,3 +88,7 @@ async def arun_calls(
             )
         )
     )
+
+
+def _triples(calls: Sequence[Call]) -> list[tuple[str | None, str | None, Any]]:
+    return [(c.tool_call_id, c.tool_name, c.arguments) for c in calls]

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from boundary.adapters._common import Call, arun_calls, outcome_text
+from boundary.adapters._gather import gathered_call
 from boundary.handle import RunBoundary
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ def _invoker(
 ) -> Callable[[ToolContext[Any], str], Awaitable[str]]:
     async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
         call = Call(ctx.tool_call_id, name, arguments)
-        return outcome_text((await arun_calls(handle, [call], replay=replay))[0])
+        if replay:
+            return outcome_text((await arun_calls(handle, [call], replay=replay))[0])
+        # The SDK starts a turn's parallel calls together: they go as one turn.
+        return outcome_text(await gathered_call(handle, call))
 
     return invoke

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from boundary import InvocationStatus, RunBoundary, ToolOutcome
 from boundary.adapters._common import Call, arun_calls, outcome_text, run_calls
+from boundary.adapters._gather import gathered_call
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
@@ -77,9 +78,12 @@ def tool_class() -> type[BaseTool]:
             **kwargs: Any,
         ) -> Any:
             call = self._call(input)
-            return self._answer(
-                call, (await arun_calls(self.handle, [call], replay=self.replay))[0]
-            )
+            if self.replay:
+                outcome = (await arun_calls(self.handle, [call], replay=True))[0]
+            else:
+                # ToolNode starts a turn's parallel calls together: they go as one turn.
+                outcome = await gathered_call(self.handle, call)
+            return self._answer(call, outcome)
 
         def _run(self, *args: Any, **kwargs: Any) -> Any:
             # ``tool.run(args)`` has no tool call id: refused by preflight, never made up.

@@ -264,6 +264,13 @@ class CanonicalStore(ABC):
         is set), and its reap time: ``min(deadline, now + max_pending_s) + reap_grace_s``,
         ``now`` being the store's clock."""
 
+    def create_many(self, calls: Sequence[tuple[CanonicalKey, CreateTerms]]) -> list[CreateResult]:
+        """``create`` of each call (of one run), in the order given, each with the result it
+        would have one by one: a duplicate within the calls too, budgets charged in order. A
+        store that can (Redis: one script) does it in one round trip; this default makes
+        one ``create`` after the other."""
+        return [self.create(key, **terms) for key, terms in calls]
+
     @abstractmethod
     def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
         """Keep the complete raw response (canonical JSON) while PROJECTING."""

@@ -57,6 +57,7 @@ from boundary.telemetry.spans import (
     trace_headers,
     traced_asubmit,
     traced_submit,
+    traced_submit_many,
     worker_step,
 )
 
@@ -105,5 +106,6 @@ __all__ = [
     "trace_headers",
     "traced_asubmit",
     "traced_submit",
+    "traced_submit_many",
     "worker_step",
 ]

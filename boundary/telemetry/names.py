@@ -17,6 +17,8 @@ SCOPE = "tool_boundary"
 #: GenAI: ``execute_tool {gen_ai.tool.name}``.
 EXECUTE_SPAN = "execute_tool"
 SUBMIT_SPAN = "tool_boundary.submit"
+#: A model turn's calls submitted together (``submit_many``): one span for the turn.
+SUBMIT_MANY_SPAN = "tool_boundary.submit_many"
 PROJECT_SPAN = "tool_boundary.project"
 
 # --- Attributes ---------------------------------------------------------------------------
@@ -26,6 +28,8 @@ TOOL_NAME = "gen_ai.tool.name"
 CALL_ID = "gen_ai.tool.call.id"
 ERROR_TYPE = "error.type"
 RUN_ID = "tool_boundary.run_id"
+#: The calls of a turn (``tool_boundary.submit_many``'s span).
+TURN_CALLS = "tool_boundary.turn.calls"
 STATUS = "tool_boundary.status"
 ATTEMPT = "tool_boundary.attempt"
 EVIDENCE = "tool_boundary.evidence_status"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -46,8 +46,10 @@ from boundary.telemetry.names import (
     RUN_ID,
     SCOPE,
     STATUS,
+    SUBMIT_MANY_SPAN,
     SUBMIT_SPAN,
     TOOL_NAME,
+    TURN_CALLS,
 )
 
 if TYPE_CHECKING:
@@ -251,6 +253,47 @@ def traced_asubmit(
             return await asubmit(boundary, envelope, run, *args, **kw)
         with _submit_span(boundary.registry, envelope, run) as span:
             return span.done(await asubmit(boundary, envelope, run, *args, **kw))
+
+    return traced
+
+
+def traced_submit_many(
+    submit_many: Callable[[B, Sequence[ToolCallEnvelope], RunContext], list[Submission]],
+) -> Callable[[B, Sequence[ToolCallEnvelope], RunContext], list[Submission]]:
+    """Wraps ``submit_many`` in ONE span for the turn (``tool_boundary.submit_many``,
+    PRODUCER: the turn's execute steps are its children) and records each refused call's
+    ``tool_boundary.calls`` as ``submit`` does (the calls share one script and one publish,
+    so they have no span each)."""
+
+    @functools.wraps(submit_many)
+    def traced(
+        boundary: B, envelopes: Sequence[ToolCallEnvelope], run: RunContext
+    ) -> list[Submission]:
+        if _submitting.get() or not _on:
+            return submit_many(boundary, envelopes, run)
+        token = _submitting.set(True)
+        try:
+            if not _tracing():
+                submissions = submit_many(boundary, envelopes, run)
+            else:
+                attributes: dict[str, str | int] = {TURN_CALLS: len(envelopes)}
+                if is_safe_id(run.run_id):
+                    attributes[RUN_ID] = run.run_id
+                with _tracer.start_as_current_span(
+                    SUBMIT_MANY_SPAN,
+                    kind=SpanKind.PRODUCER,
+                    attributes=attributes,
+                    record_exception=False,
+                    set_status_on_exception=False,
+                ):
+                    submissions = submit_many(boundary, envelopes, run)
+        finally:
+            _submitting.reset(token)
+        registry = boundary.registry
+        for envelope, submission in zip(envelopes, submissions, strict=True):
+            # A non-recording span: only the refused call's metric is recorded.
+            _Submit(trace.INVALID_SPAN, _tool_of(registry, envelope)).done(submission)
+        return submissions
 
     return traced
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from celery import Celery
@@ -103,6 +104,22 @@ class CeleryDispatcher:
         origin = _Origin(telemetry.trace_headers(), self.app.thread_oid)
         self._send(key, attempt, queue, origin, countdown_s)
 
+    def dispatch_many(self, calls: Sequence[tuple[CanonicalKey, str]]) -> None:
+        """Sends the first attempt of each ``(key, queue)`` (a model turn's calls), each the
+        message ``send_attempt`` sends, in ONE producer batch: on a Redis broker kombu
+        buffers the messages' LPUSHes in one pipeline, written in one round trip when the
+        batch ends (other brokers publish them one after the other on one connection). A
+        batch that fails raises ``DispatchError`` for all of it (delivery uncertain)."""
+        origin = _Origin(telemetry.trace_headers(), self.app.thread_oid)
+        try:
+            with self.publisher.producer_or_acquire() as producer, producer.batch():
+                for key, queue in calls:
+                    self._send(key, 1, queue, origin, producer=producer)
+        except DispatchError:
+            raise
+        except Exception:
+            raise DispatchError() from None
+
     async def asend_attempt(self, key: CanonicalKey, *, attempt: int, queue: str) -> None:
         """``send_attempt`` for an event loop: published from the dispatcher's publishing
         thread (``PublishThread``), with the caller's trace and its thread's reply address.
@@ -117,6 +134,8 @@ class CeleryDispatcher:
         queue: str,
         origin: _Origin,
         countdown_s: float = 0.0,
+        *,
+        producer: Any = None,
     ) -> None:
         headers, reply_to = origin
         ids = (key.run_id, key.tool_call_id)
@@ -163,6 +182,7 @@ class CeleryDispatcher:
                 chain=[project],
                 headers=headers or None,
                 event_dispatcher=self.sent_events,
+                producer=producer,
             )
         except Exception:
             # kombu's errors name the broker URL: none of it goes further.

@@ -97,10 +97,10 @@ def execute_tool(
 ) -> str | dict[str, Any]:
     """Runs attempt ``attempt`` of the call's tool and keeps its raw response in the record.
 
-    With ``Settings.project_in_line`` (the default) it then projects and seals the call
-    too, and returns its bounded outcome (what the ``task-succeeded`` event and Flower
-    show, as the project task's would); otherwise, or when the call did not end READY
-    here, it returns the step's status name and the chained project task goes.
+    With ``Settings.project_in_line`` (an opt-in, off by default) it then projects and seals
+    the call too, and returns its bounded outcome (what the ``task-succeeded`` event and
+    Flower show, as the project task's would); otherwise (the default), or when the call did
+    not end READY here, it returns the step's status name and the chained project task goes.
 
     When another attempt has the call (this message is stale, or this attempt handed the
     call to the next one), the chained project step is dropped: the current attempt's

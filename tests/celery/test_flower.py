@@ -147,10 +147,38 @@ def test_a_running_calls_heartbeat_shows_in_flower_as_progress(
         "the execute task SUCCESS",
         lambda: (i := get_json(f"{monitored.api}/task/info/{task_id}"))["state"] == "SUCCESS" and i,
     )
-    # (projected in line, the default: the task's result is the call's bounded outcome)
-    shown = ast.literal_eval(done["result"])
-    assert shown["status"] == "READY" and shown["tool_call_id"] == "flower-beat", shown
-    assert set(shown) == set(outcome.model_dump(mode="json")), shown
+    # (the chain, the default: the execute task kept the raw response; its project task
+    # projected it)
+    assert ast.literal_eval(done["result"]) == "STORED"
+
+
+def _succeeded(monitored: Monitored, task_id: str) -> dict[str, Any] | None:
+    info = get_json(f"{monitored.api}/task/info/{task_id}")
+    return info if info.get("state") == "SUCCESS" else None
+
+
+def test_flower_shows_both_tasks_of_a_ready_call_with_the_chain_on(monitored: Monitored) -> None:
+    # Given the default settings: the chain (no in-line projection)
+    assert celery_test_settings().project_in_line is False
+    # When a call ends READY
+    call(monitored, "flower-chain", "lookup", {"query": "chain"})
+    outcome = monitored.boundary.outcome(RUN.run_id, "flower-chain", timeout=WAIT_S)
+    assert outcome.status is InvocationStatus.READY
+    # Then Flower lists its execute task and its project task, both succeeded
+    execute_id = f"{RUN.run_id}:flower-chain:execute"
+    project_id = f"{RUN.run_id}:flower-chain:project"
+    execute = wait_for("the execute task SUCCESS", lambda: _succeeded(monitored, execute_id))
+    project = wait_for("the project task SUCCESS", lambda: _succeeded(monitored, project_id))
+    assert execute["name"] == "tool_boundary.execute"
+    assert project["name"] == "tool_boundary.project"
+    # And the execute task only kept the raw response; the project task shows the bounded
+    # outcome, and neither shows more than the ids as its arguments
+    assert ast.literal_eval(execute["result"]) == "STORED"
+    shown = ast.literal_eval(project["result"])
+    assert shown == outcome.model_dump(mode="json"), shown
+    assert execute["args"] == project["args"] == f"('{RUN.run_id}', 'flower-chain')"
+    # And the project task came from the execute task (the chain, one root)
+    assert project["root_id"] == execute_id
 
 
 def test_flowers_broker_api_counts_each_queues_messages(

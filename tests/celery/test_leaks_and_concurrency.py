@@ -103,8 +103,8 @@ def test_no_secret_in_results_backend_flower_or_logs(
         assert outcomes["leak-tool-exc"].error_code is ErrorCode.TOOL_EXECUTION_FAILED
         assert outcomes["leak-projector-exc"].error_code is ErrorCode.PROJECTION_FAILED
         # When Flower has seen every task end: each call's execute task, and its project
-        # task where one goes (every call's when the worker sends the chained project task;
-        # only the ERROR calls' when it projects in line, the default)
+        # task where one goes (every call's when the worker sends the chained project task,
+        # the default; only the ERROR calls' when it projects in line, the opt-in)
         failing = ("leak-tool-exc", "leak-projector-exc")
         projected = failing if celery_settings.project_in_line else tuple(calls)
         wanted = {("tool_boundary.execute", f"{RUN.run_id}:{c}:execute") for c in calls} | {

@@ -247,8 +247,8 @@ def test_with_the_celery_instrumentation_our_spans_nest_under_its_task_spans(
             call(celery_boundary, "instrumented-1", "lookup", {"query": "gamma"})
         found = by_name(spans_of(spans, "instrumented-1", 3))
         deadline = time.monotonic() + SPANS_WAIT_S
-        # A call projected in line has no project task: its project step runs in the
-        # execute task's span
+        # The chain (the default) has a project task; a call projected in line (the opt-in)
+        # has none: its project step runs in the execute task's span
         project_task = EXECUTE if celery_settings.project_in_line else PROJECT
         wanted = {f"run/{EXECUTE}", f"run/{project_task}"}
         while not wanted <= {s.name for s in spans.get_finished_spans()}:

@@ -1,0 +1,145 @@
+"""B8: a model turn's calls in one round trip (``ToolBoundary.submit_many`` /
+``invoke_many``) against the same calls one by one, on the same workers.
+
+- **submit**: the time ``submit_many`` of a turn of ``size`` calls takes against the time
+  ``submit`` of one call takes (p50 of each, alternating; target: the turn <= 2x one call).
+- **throughput**: calls/s of ``agents`` threads, each making turns of ``size`` calls, as one
+  turn (``invoke_many``) against one by one (``submit`` each, then wait for each: what an
+  agent loop did before), alternating; target: turns >= 1.5x. Each ratio is the median of
+  the repetitions, with its spread.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bench.suite.sides import CALL_TIMEOUT_S, NOOP, Ours
+from boundary import RunContext, ToolCallEnvelope, ToolOutcome
+
+#: How much B8 does (``python -m bench`` and ``--quick``).
+FULL: dict[str, int] = {"size": 8, "samples": 100, "agents": 4, "turns": 25, "repetitions": 3}
+QUICK: dict[str, int] = {"size": 8, "samples": 12, "agents": 4, "turns": 4, "repetitions": 3}
+
+#: B8's targets (issue 41).
+SUBMIT_TARGET = 2.0
+THROUGHPUT_TARGET = 1.5
+
+
+def _turn(ours: Ours, size: int) -> tuple[list[ToolCallEnvelope], RunContext]:
+    run = RunContext(run_id=f"b8-{uuid.uuid4().hex[:12]}", authorized_tools=frozenset({NOOP}))
+    envelopes = [ours.envelope(run.run_id, f"c{i}") for i in range(size)]
+    return envelopes, run
+
+
+def _check(outcomes: list[ToolOutcome]) -> None:
+    bad = [o for o in outcomes if o.status != "READY"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} call(s) did not end READY: {bad[0].error_code}")
+
+
+def _wait_all(ours: Ours, envelopes: list[ToolCallEnvelope]) -> None:
+    _check(
+        [
+            ours.boundary.outcome(e.run_id or "", e.tool_call_id or "", timeout=CALL_TIMEOUT_S)
+            for e in envelopes
+        ]
+    )
+
+
+def submit_times(ours: Ours, size: int, samples: int) -> dict[str, Any]:
+    """p50 of ``submit_many`` of a turn and of ``submit`` of one call, alternating."""
+    turn_ms: list[float] = []
+    one_ms: list[float] = []
+    for _ in range(samples):
+        envelopes, run = _turn(ours, size)
+        began = time.perf_counter()
+        submissions = ours.boundary.submit_many(envelopes, run)
+        turn_ms.append((time.perf_counter() - began) * 1000)
+        if not all(s.accepted for s in submissions):
+            raise RuntimeError("a turn's call was refused")
+        _wait_all(ours, envelopes)
+        single, run = _turn(ours, 1)
+        began = time.perf_counter()
+        submission = ours.boundary.submit(single[0], run)
+        one_ms.append((time.perf_counter() - began) * 1000)
+        if not submission.accepted:
+            raise RuntimeError("a call was refused")
+        _wait_all(ours, single)
+    turn_p50, one_p50 = statistics.median(turn_ms), statistics.median(one_ms)
+    return {
+        "size": size,
+        "samples": samples,
+        "turn_submit_p50_ms": turn_p50,
+        "one_submit_p50_ms": one_p50,
+        "ratio": turn_p50 / one_p50,
+        "target": SUBMIT_TARGET,
+        "met": turn_p50 / one_p50 <= SUBMIT_TARGET,
+    }
+
+
+def _as_turns(ours: Ours, size: int) -> None:
+    envelopes, run = _turn(ours, size)
+    _check(ours.boundary.invoke_many(envelopes, run, timeout=CALL_TIMEOUT_S))
+
+
+def _one_by_one(ours: Ours, size: int) -> None:
+    envelopes, run = _turn(ours, size)
+    for envelope in envelopes:
+        if not ours.boundary.submit(envelope, run).accepted:
+            raise RuntimeError("a call was refused")
+    _wait_all(ours, envelopes)
+
+
+def _rate(
+    ours: Ours, agent: Callable[[Ours, int], None], size: int, agents: int, turns: int
+) -> float:
+    """Calls/s of ``agents`` threads making ``turns`` turns each."""
+
+    def one_agent(_: int) -> None:
+        for _ in range(turns):
+            agent(ours, size)
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(agents) as pool:
+        list(pool.map(one_agent, range(agents)))
+    return agents * turns * size / (time.perf_counter() - began)
+
+
+def throughput(ours: Ours, size: int, agents: int, turns: int, repetitions: int) -> dict[str, Any]:
+    """Calls/s as turns and one by one, alternating (the order flipping each repetition)."""
+    as_turns: list[float] = []
+    singles: list[float] = []
+    for rep in range(repetitions):
+        order = [(as_turns, _as_turns), (singles, _one_by_one)]
+        for rates, agent in order if rep % 2 == 0 else reversed(order):
+            rates.append(_rate(ours, agent, size, agents, turns))
+    ratios = [t / s for t, s in zip(as_turns, singles, strict=True)]
+    ratio = statistics.median(ratios)
+    return {
+        "size": size,
+        "agents": agents,
+        "turns_per_agent": turns,
+        "repetitions": repetitions,
+        "turns_calls_per_s": as_turns,
+        "one_by_one_calls_per_s": singles,
+        "ratios": ratios,
+        "ratio": ratio,
+        "spread": [min(ratios), max(ratios)],
+        "target": THROUGHPUT_TARGET,
+        "met": ratio >= THROUGHPUT_TARGET,
+    }
+
+
+def measure(
+    ours: Ours, *, size: int, samples: int, agents: int, turns: int, repetitions: int
+) -> dict[str, Any]:
+    """B8's figures: submit time and throughput of turns against one by one."""
+    return {
+        "submit": submit_times(ours, size, samples),
+        "throughput": throughput(ours, size, agents, turns, repetitions),
+    }
