@@ -1,6 +1,7 @@
 """``python -m bench.studies.ceiling_turns``: how many calls a second one Redis server
-sustains when an agent hands its calls over in turns of ``--turn`` calls (``ToolBoundary.invoke_many``), next
-to the same calls one by one (``bench.ceiling``'s drivers, ``--batch 1``), in one run.
+sustains when an agent hands its calls over in turns of ``--turn`` calls
+(``ToolBoundary.invoke_many``), next to the same calls one by one (``bench.ceiling``'s
+drivers, ``--batch 1``), in one run.
 
 A turn's driver sends what ``invoke_many`` sends: ONE subscription of the run's channel, ONE
 ``create_many.lua`` for the turn's calls, and (``--modes full``) ONE pipeline of the turn's
