@@ -23,7 +23,7 @@ from boundary.errors import StoreUnavailable
 from boundary.limits import Limits
 from boundary.models import CanonicalKey, CanonicalRecord, InvocationStatus, RunContext
 from boundary.store import keys
-from boundary.store._redis_common import load_script
+from boundary.store._redis_common import record_script
 from boundary.store._redis_common import translated as _translated
 
 # Imported with the store, not on the first async call: importing redis.asyncio takes tens
@@ -57,6 +57,7 @@ from boundary.store.codec import (
     seal_reply,
     with_in_flight,
 )
+from boundary.store.codes import ScriptCode
 from boundary.store.flow_hooks import FlowHooks
 from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
@@ -84,12 +85,12 @@ SUMMARY_BATCH = 1000
 RedisClient = redis.Redis | redis.cluster.RedisCluster
 
 #: Script sources, read once with the package.
-_CREATE = load_script("create")
-_STORE_RAW = load_script("store_raw")
-_SEAL = load_script("seal")
-_REQUEUE = load_script("requeue")
-_UNINDEX_RUN = load_script("unindex_run")
-_INDEX_RUN = load_script("index_run")
+_CREATE = record_script("create")
+_STORE_RAW = record_script("store_raw")
+_SEAL = record_script("seal")
+_REQUEUE = record_script("requeue")
+_UNINDEX_RUN = record_script("unindex_run")
+_INDEX_RUN = record_script("index_run")
 
 
 def _due_keys(identities: list[str]) -> Iterator[CanonicalKey]:
@@ -398,7 +399,8 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
             code = int(self._requeue(keys=run_keys, args=argv))
         if code >= 1:
             return ReapDecision.REPROJECT
-        return ReapDecision.GONE if code in (0, -1) else ReapDecision.SEAL
+        gone = (ScriptCode.MISSING, ScriptCode.NOT_PROJECTING)
+        return ReapDecision.GONE if code in gone else ReapDecision.SEAL
 
     def server_facts(self) -> ServerFacts | None:
         """On a cluster, the worst of its primaries (``redis_facts``)."""

@@ -21,10 +21,10 @@
 -- ARGV[11] = created_at (epoch ms) of the record the caller read, or absent/"" for any: a
 --            record under the same ids created at another time is another call's
 --
--- Returns {1, tool_name} sealed (the tool, so a limited tool's slot can be given up); 0 missing
--- or expired; {-1, tool_name} not PROJECTING (sealed already: maybe by this caller, whose
--- reply was lost, so it gives the slot up again); -2 status/evidence/code invalid; -3 not the
--- record the caller read (ARGV[11]).
+-- Returns (CODE, _prelude.lua) {OK, tool_name} sealed (the tool, so a limited tool's slot can be
+-- given up); MISSING (or expired); {NOT_PROJECTING, tool_name} (sealed already: maybe by this
+-- caller, whose reply was lost, so it gives the slot up again); INVALID status/evidence/code
+-- disagree; REPLACED not the record the caller read (ARGV[11]).
 
 -- The seal that empties the run's pending set drops the run from the reaper's index, so the
 -- index holds only runs with calls PROJECTING. A create writes its pending entry before it
@@ -41,31 +41,30 @@ local evidence = ARGV[2]
 local code = ARGV[5]
 if status == "READY" then
   if (evidence ~= "EVIDENCE_FOUND" and evidence ~= "NO_EVIDENCE") or code ~= "" then
-    return -2
+    return CODE.INVALID
   end
 elseif status == "ERROR" then
   if evidence ~= "ERROR" or code == "" or ARGV[3] ~= "" then
-    return -2
+    return CODE.INVALID
   end
 else
-  return -2
+  return CODE.INVALID
 end
 
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 
 local current = redis.call("HGET", KEYS[1], "status")
 if not current then
   -- Gone (expired): nothing is written, but a pending entry for it is dropped.
   redis.call("ZREM", KEYS[3], ARGV[7])
   unindex_if_done()
-  return 0
+  return CODE.MISSING
 end
 if ARGV[11] and ARGV[11] ~= "" and redis.call("HGET", KEYS[1], "created_at") ~= ARGV[11] then
-  return -3
+  return CODE.REPLACED
 end
 if current ~= "PROJECTING" then
-  return {-1, redis.call("HGET", KEYS[1], "tool_name") or ""}
+  return {CODE.NOT_PROJECTING, redis.call("HGET", KEYS[1], "tool_name") or ""}
 end
 
 redis.call("HSET", KEYS[1], "status", status, "evidence_status", evidence, "updated_at", now)
@@ -100,4 +99,4 @@ end
 if ARGV[9] and ARGV[9] ~= "" then
   redis.call("PUBLISH", ARGV[9], ARGV[10])
 end
-return {1, redis.call("HGET", KEYS[1], "tool_name") or ""}
+return {CODE.OK, redis.call("HGET", KEYS[1], "tool_name") or ""}

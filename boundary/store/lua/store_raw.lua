@@ -6,19 +6,15 @@
 -- ARGV[2] = unused (the caller's clock once; the time is Redis TIME)
 --
 -- Returns the write time (epoch ms, the record's new updated_at; always > 1) when stored;
--- 0 missing or expired; -1 not PROJECTING; -2 raw already stored.
+-- else (CODE, _prelude.lua) MISSING; NOT_PROJECTING; ALREADY_STORED.
 
-local status = redis.call("HGET", KEYS[1], "status")
-if not status then
-  return 0
-end
-if status ~= "PROJECTING" then
-  return -1
+local refused = not_projecting(KEYS[1])
+if refused then
+  return refused
 end
 if redis.call("HEXISTS", KEYS[1], "raw") == 1 then
-  return -2
+  return CODE.ALREADY_STORED
 end
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 redis.call("HSET", KEYS[1], "raw", ARGV[1], "updated_at", now)
 return now
