@@ -69,7 +69,8 @@ def _check_lease(
     up when the call is sealed or gone, moved to the call's current attempt otherwise."""
     record = store.get(lease.key, with_raw=False)
     if record is None or record.status is not InvocationStatus.PROJECTING:
-        flow.release(lease.key, tool, limits)
+        # Only the slot of the attempt this check read (a newer one's is its own).
+        flow.release(lease.key, tool, limits, attempt=lease.attempt)
         return 1
     if record.attempt == lease.attempt:
         flow.ops.renew(tool, limits, lease.key, lease.attempt)

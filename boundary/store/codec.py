@@ -32,6 +32,7 @@ WRITE_CODES = {
     ScriptCode.ALREADY_STORED: WriteStatus.ALREADY_STORED,
     ScriptCode.REPLACED: WriteStatus.REPLACED,
     ScriptCode.SUPERSEDED: WriteStatus.SUPERSEDED,
+    ScriptCode.NOT_DUE: WriteStatus.NOT_DUE,
 }
 
 
@@ -302,8 +303,12 @@ def seal_args(
         key.tool_call_id,
     ]
     created_at = terms.get("created_at")
-    if created_at is not None:
-        argv.append(exact_ms(created_at))
+    attempt = terms.get("attempt")
+    due_at = terms.get("due_at")
+    if created_at is not None or attempt is not None or due_at is not None:
+        argv.append("" if created_at is None else exact_ms(created_at))
+    if attempt is not None or due_at is not None:
+        argv += ["" if attempt is None else attempt, "" if due_at is None else ms(due_at)]
     return run_keys, argv
 
 
@@ -312,12 +317,13 @@ def seal_result(reply: Any) -> WriteStatus:
     return seal_reply(reply)[0]
 
 
-def seal_reply(reply: Any) -> tuple[WriteStatus, str | None]:
-    """``seal.lua``'s reply: the write status, and the call's tool when it is sealed (now, or
-    already: ``NOT_PROJECTING``)."""
+def seal_reply(reply: Any) -> tuple[WriteStatus, str | None, int | None]:
+    """``seal.lua``'s reply: the write status, and the call's tool and current attempt when it
+    is sealed (now, or already: ``NOT_PROJECTING``)."""
     if isinstance(reply, list):
-        return write_status(reply[0]), str(reply[1]) or None
+        attempt = int(reply[2]) if len(reply) > 2 else None
+        return write_status(reply[0]), str(reply[1]) or None, attempt
     if int(reply) == ScriptCode.INVALID:
         # The combination broke the lifecycle table: a bug in the caller, not bad input.
         raise ValueError("invalid seal: status, evidence status and error code disagree")
-    return write_status(reply), None
+    return write_status(reply), None, None

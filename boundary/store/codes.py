@@ -44,3 +44,6 @@ class ScriptCode(IntEnum):
     UNCHANGED = -12
     #: Refused, the reason follows in the reply (create: DUPLICATE, CONFLICT, a budget).
     REFUSED = -13
+    #: Not due any more (the reaper's judgement is out of date): its reap time moved on, or
+    #: its tool started after the reaper read its list.
+    NOT_DUE = -14

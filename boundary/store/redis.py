@@ -293,34 +293,38 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         except (redis.RedisError, OSError):
             logger.warning("run %s not indexed for the reaper (store error)", run_id)
 
-    def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
-        return self._write_raw(key, raw)[0]
+    def store_raw(self, key: CanonicalKey, raw: str, *, attempt: int | None = None) -> WriteStatus:
+        return self._write_raw(key, raw, attempt)[0]
 
     def store_raw_into(
-        self, record: CanonicalRecord, raw: str
+        self, record: CanonicalRecord, raw: str, *, attempt: int | None = None
     ) -> tuple[WriteStatus, CanonicalRecord | None]:
-        written, at = self._write_raw(record.key, raw)
+        written, at = self._write_raw(record.key, raw, attempt)
         if at is None:
             return written, None
         # Only the raw response and updated_at change while PROJECTING without one (the
         # script stored it, so neither a seal nor another raw came first).
         return written, record.model_copy(update={"raw": raw, "updated_at": at})
 
-    def _write_raw(self, key: CanonicalKey, raw: str) -> tuple[WriteStatus, datetime | None]:
+    def _write_raw(
+        self, key: CanonicalKey, raw: str, attempt: int | None
+    ) -> tuple[WriteStatus, datetime | None]:
+        argv: list[str | int] = [raw, self._now_ms(), "" if attempt is None else attempt]
         with _translated():
-            code = self._store_raw(keys=[keys.record_key(key)], args=[raw, self._now_ms()])
+            code = self._store_raw(keys=[keys.record_key(key)], args=argv)
         return raw_result(code)
 
     def seal(self, key: CanonicalKey, **terms: Unpack[SealTerms]) -> WriteStatus:
         run_keys, argv = seal_args(key, terms, now_ms=self._now_ms(), index=not self._cluster)
         with _translated():
             reply = self._replicated(self._seal, run_keys, argv)
-        written, tool = seal_reply(reply)
+        written, tool, attempt = seal_reply(reply)
         flow = self.flow
         if flow is not None and tool is not None:
             # Also when it was sealed already: that seal may have been this caller's, its
-            # reply lost, and giving a slot up twice changes nothing.
-            flow.sealed(key, tool)
+            # reply lost, and giving a slot up twice changes nothing. Only the slot of the
+            # attempt the record names: one a newer attempt holds is never given up here.
+            flow.sealed(key, tool, attempt)
         return written
 
     def get(self, key: CanonicalKey, *, with_raw: bool = True) -> CanonicalRecord | None:
@@ -387,18 +391,26 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         }
 
     def requeue_due(
-        self, key: CanonicalKey, *, retry_after_s: float, max_reprojections: int
+        self,
+        key: CanonicalKey,
+        *,
+        retry_after_s: float,
+        max_reprojections: int,
+        due_at: datetime | None = None,
     ) -> ReapDecision:
         run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
         argv: list[str | int] = [
             key.identity,
             max(int(retry_after_s * 1000), 1),
             max_reprojections,
+            "" if due_at is None else ms(due_at),
         ]
         with _translated():
             code = int(self._requeue(keys=run_keys, args=argv))
         if code >= 1:
             return ReapDecision.REPROJECT
+        if code == ScriptCode.NOT_DUE:
+            return ReapDecision.LEFT
         gone = (ScriptCode.MISSING, ScriptCode.NOT_PROJECTING)
         return ReapDecision.GONE if code in gone else ReapDecision.SEAL
 

@@ -5,13 +5,14 @@ the run's pending set, whose score is the call's reap time)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from boundary.models import CanonicalKey
 from boundary.store import keys
 from boundary.store._redis_common import RedisClient, record_script, translated
 from boundary.store.base import AttemptState, Claim, ClaimStatus, WriteStatus
-from boundary.store.codec import decode_record, from_ms, timed_result, write_status
+from boundary.store.codec import decode_record, from_ms, ms, timed_result, write_status
 from boundary.store.codes import ScriptCode
 
 _CLAIM = record_script("claim")
@@ -93,6 +94,7 @@ class RedisAttempts:
         reap_after_s: float,
         reap_grace_s: float,
         redispatch: bool = False,
+        due_at: datetime | None = None,
     ) -> int | WriteStatus:
         run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
         argv: list[str | int] = [
@@ -101,6 +103,7 @@ class RedisAttempts:
             key.identity,
             "redispatches" if redispatch else "retries",
             int(reap_grace_s * 1000),
+            "" if due_at is None else ms(due_at),
         ]
         with translated():
             code = int(self._retry(keys=run_keys, args=argv))

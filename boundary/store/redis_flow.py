@@ -166,9 +166,14 @@ class RedisFlow:
         """The call's record exists now: it joins the line (and may be granted at once)."""
         return _reply(self._run("confirm", tool, limits, key.identity))
 
-    def release(self, tool: str, limits: ToolLimits, key: CanonicalKey) -> FlowReply:
-        """The call ended: its slot or its place in line goes, free slots go to the line."""
-        return _reply(self._run("release", tool, limits, key.identity))
+    def release(
+        self, tool: str, limits: ToolLimits, key: CanonicalKey, *, attempt: int | None = None
+    ) -> FlowReply:
+        """The call ended: its slot or its place in line goes, free slots go to the line.
+        ``attempt``: only the slot that attempt holds (code 3 when another attempt holds it:
+        left alone)."""
+        fence = "" if attempt is None else attempt
+        return _reply(self._run("release", tool, limits, key.identity, fence))
 
     def requeue(
         self,

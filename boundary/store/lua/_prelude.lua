@@ -35,6 +35,9 @@ local CODE = {
   UNCHANGED = -12,
   -- Refused, the reason follows in the reply (create: DUPLICATE, CONFLICT, a budget).
   REFUSED = -13,
+  -- Not due any more (the reaper's judgement is out of date): its reap time moved on, or its
+  -- tool started after the reaper read its list.
+  NOT_DUE = -14,
 }
 
 -- The store's clock (Redis TIME), epoch ms.
@@ -59,4 +62,34 @@ end
 -- The record's current attempt (1 for a record written before attempts were counted).
 local function attempt_of(record)
   return tonumber(redis.call("HGET", record, "attempt") or "1")
+end
+
+-- The fence of a holder's step: the attempt is the call's fencing token (it only counts up,
+-- in retry.lua). nil when the caller's attempt (a number as text; "" or nil: no fence) is
+-- the record's current one (go on); else SUPERSEDED, and the refusal is counted in the
+-- record ("stale_refusals"). Call it on a PROJECTING record only (never re-creates one).
+local function fenced(record, attempt)
+  if attempt == nil or attempt == "" or attempt_of(record) == tonumber(attempt) then
+    return nil
+  end
+  redis.call("HINCRBY", record, "stale_refusals", 1)
+  return CODE.SUPERSEDED
+end
+
+-- The reaper's re-check: nil when the call is still due (its entry in the pending set is
+-- scored at or before now) and its tool did not start at or after judged_at (epoch ms as
+-- text, the store's time the reaper read its list at; "" or nil: no re-check); else NOT_DUE.
+local function still_due(record, pending, identity, judged_at, now)
+  if judged_at == nil or judged_at == "" then
+    return nil
+  end
+  local reap_at = redis.call("ZSCORE", pending, identity)
+  if not reap_at or tonumber(reap_at) > now then
+    return CODE.NOT_DUE
+  end
+  local started = redis.call("HGET", record, "started_at")
+  if started and tonumber(started) >= tonumber(judged_at) then
+    return CODE.NOT_DUE
+  end
+  return nil
 end

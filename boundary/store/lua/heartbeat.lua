@@ -12,14 +12,15 @@
 --
 -- Returns the write time (epoch ms, > 1); else (CODE, _prelude.lua) MISSING; NOT_PROJECTING
 -- (sealed: the tool must stop); SUPERSEDED another attempt runs the call now (this one must
--- stop).
+-- stop; counted in the record's stale_refusals).
 
 local refused = not_projecting(KEYS[1])
 if refused then
   return refused
 end
-if attempt_of(KEYS[1]) ~= tonumber(ARGV[1]) then
-  return CODE.SUPERSEDED
+local stale = fenced(KEYS[1], ARGV[1])
+if stale then
+  return stale
 end
 local now = now_ms()
 redis.call("HSET", KEYS[1], "heartbeat_at", now)

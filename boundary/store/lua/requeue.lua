@@ -8,15 +8,22 @@
 -- ARGV[1] = identity (run_id:tool_call_id)
 -- ARGV[2] = retry after, ms
 -- ARGV[3] = most re-projections of one call
+-- ARGV[4] = the reaper's judgement time (epoch ms, when it read its list), or absent/"":
+--           the call is decided only while still due and its tool did not start since
 --
 -- Returns n >= 1: project again (the n-th re-projection); else (CODE, _prelude.lua) MISSING
--- (the pending entry is dropped); NOT_PROJECTING (dropped); NO_RAW; EXHAUSTED.
+-- (the pending entry is dropped); NOT_PROJECTING (dropped); NOT_DUE (ARGV[4]: left alone);
+-- NO_RAW; EXHAUSTED.
 -- Times are Redis TIME.
 
 local refused = not_projecting(KEYS[1])
 if refused then
   redis.call("ZREM", KEYS[2], ARGV[1])
   return refused
+end
+local late = still_due(KEYS[1], KEYS[2], ARGV[1], ARGV[4], now_ms())
+if late then
+  return late
 end
 if redis.call("HEXISTS", KEYS[1], "raw") == 0 then
   return CODE.NO_RAW

@@ -10,9 +10,12 @@
 -- ARGV[3] = identity (run_id:tool_call_id)
 -- ARGV[4] = the counter to add one to: "retries" or "redispatches"
 -- ARGV[5] = reap grace, ms: the reap time is never later than the call's deadline + grace
+-- ARGV[6] = the reaper's judgement time (epoch ms), or absent/"" for none: move on only while
+--           the call is still due and its tool did not start since (the reaper's retry)
 --
 -- Returns n + 1; else (CODE, _prelude.lua) MISSING; NOT_PROJECTING; ALREADY_STORED (project
--- it instead); SUPERSEDED the record's attempt is not n (someone else moved it on).
+-- it instead); SUPERSEDED the record's attempt is not n (someone else moved it on); NOT_DUE
+-- (ARGV[6]: the call started or its reap time moved since the reaper judged it).
 
 local refused = not_projecting(KEYS[1])
 if refused then
@@ -26,6 +29,10 @@ if attempt ~= tonumber(ARGV[1]) then
   return CODE.SUPERSEDED
 end
 local now = now_ms()
+local late = still_due(KEYS[1], KEYS[2], ARGV[3], ARGV[6], now)
+if late then
+  return late
+end
 local reap_at = now + tonumber(ARGV[2])
 local deadline = redis.call("HGET", KEYS[1], "deadline")
 if deadline and deadline ~= "" and tonumber(deadline) + tonumber(ARGV[5]) < reap_at then

@@ -4,13 +4,19 @@
 -- KEYS[1] = record key
 -- ARGV[1] = raw (canonical JSON)
 -- ARGV[2] = unused (the caller's clock once; the time is Redis TIME)
+-- ARGV[3] = the attempt keeping it (its fencing token), or absent/"" for no fence
 --
 -- Returns the write time (epoch ms, the record's new updated_at; always > 1) when stored;
--- else (CODE, _prelude.lua) MISSING; NOT_PROJECTING; ALREADY_STORED.
+-- else (CODE, _prelude.lua) MISSING; NOT_PROJECTING; SUPERSEDED another attempt has the call
+-- (this one is stale: nothing kept); ALREADY_STORED.
 
 local refused = not_projecting(KEYS[1])
 if refused then
   return refused
+end
+local stale = fenced(KEYS[1], ARGV[3])
+if stale then
+  return stale
 end
 if redis.call("HEXISTS", KEYS[1], "raw") == 1 then
   return CODE.ALREADY_STORED
