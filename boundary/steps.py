@@ -277,7 +277,8 @@ def execute_step(
         attempt=attempt,
         time_limit_s=timeout_s,
         deadline=record.deadline,
-        heartbeat_timeout_s=spec.heartbeat_timeout_s,
+        # Each heartbeat renews the call's lease (its reap time) by this much.
+        heartbeat_timeout_s=spec.lease_s,
         interval_s=terms.heartbeat_interval_s,
         started_at=started_at or claim.now,
     )

@@ -9,7 +9,9 @@ import time
 from datetime import datetime
 from typing import Any
 
+import pytest
 import redis
+from pydantic import ValidationError
 
 from boundary import (
     CanonicalKey,
@@ -310,3 +312,50 @@ def test_the_reaper_still_seals_a_call_that_went_silent_before_its_pass(
     assert reaped.sealed == 1
     record = store.get(key)
     assert record is not None and record.error_code is ErrorCode.WORKER_LOST
+
+
+# --- the lease ---------------------------------------------------------------------------------
+
+
+def test_a_slot_lease_sets_how_long_a_silent_attempt_keeps_its_call(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    # Given a tool that heartbeats every second at most, on hosts that pause: a 7 s lease
+    key = create_projecting(store, "leased", tool_name="leased")
+    record_key, pending_key = keys.record_key(key), keys.pending_key(key.run_id)
+    leases: list[float] = []
+
+    def lease_left(since_field: str) -> float:
+        since = redis_client.hget(record_key, since_field)
+        reap_at = redis_client.zscore(pending_key, key.identity)
+        assert since is not None and reap_at is not None
+        return reap_at - int(since)
+
+    def run(_: dict[str, Any]) -> dict[str, Any]:
+        leases.append(lease_left("started_at"))
+        heartbeat(0.5)  # the first beat is written at once
+        leases.append(lease_left("heartbeat_at"))
+        return {}
+
+    spec = ToolSpec(
+        name="leased",
+        executor=run,
+        projector=Found(),
+        read_only=True,
+        heartbeat_timeout_s=1.0,
+        slot_lease_s=7.0,
+        concurrency=2,
+    )
+    # When an attempt starts and heartbeats
+    assert execute_step(store, ToolRegistry([spec]), key, attempt=1) is ExecuteResult.STORED
+    # Then its start and each heartbeat hold the call for the lease, not the heartbeat timeout
+    assert leases == [7000, 7000]
+
+
+def test_a_slot_lease_is_for_tools_that_heartbeat_and_never_shorter() -> None:
+    common: dict[str, Any] = {"executor": FakeTool(), "projector": Found(), "read_only": True}
+    with pytest.raises(ValidationError):
+        ToolSpec(name="t", slot_lease_s=5.0, **common)
+    with pytest.raises(ValidationError):
+        ToolSpec(name="t", heartbeat_timeout_s=5.0, slot_lease_s=2.0, **common)
+    assert ToolSpec(name="t", heartbeat_timeout_s=2.0, **common).lease_s == 2.0
