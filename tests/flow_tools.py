@@ -17,7 +17,15 @@ from typing import Any
 
 import redis
 
-from boundary import RateLimit, RetryPolicy, ToolRegistry, ToolSpec, current_call, heartbeat
+from boundary import (
+    CallCancelled,
+    RateLimit,
+    RetryPolicy,
+    ToolRegistry,
+    ToolSpec,
+    current_call,
+    heartbeat,
+)
 
 #: Executions of a tool running now (hash: "<pid>:<identity>:<attempt>" -> tenant) and the
 #: most that ever ran at once (the high-water mark, overall and per tenant).
@@ -94,6 +102,56 @@ def metered(arguments: dict[str, Any]) -> dict[str, Any]:
     return {"hits": [{"id": identity, "pid": os.getpid()}]}
 
 
+def events_key(tag: str) -> str:
+    """The tag's event list: what each execution did, in the order Redis saw it."""
+    return f"tb:test-flow:{tag}:events"
+
+
+def go_key(tag: str, call_id: str | None = None) -> str:
+    """Set by a test: ``paced`` calls of the tag (or only the call ``call_id``'s executions)
+    stop holding and return."""
+    base = f"tb:test-flow:{tag}:go"
+    return base if call_id is None else f"{base}:{call_id}"
+
+
+def paced(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Holds its slot, heartbeating every 20 ms, until the test sets the tag's ``go_key`` (or
+    its call's), then returns which attempt ran it. Each execution logs, in the tag's
+    ``events_key`` list, ``enter``, every heartbeat that let it go on (``beat``), ``stopped``
+    when a heartbeat told it to stop, and ``leave``, each as ``what|identity|attempt|pid``, and
+    is counted in the tag's keys while it runs (as ``metered``)."""
+    call = current_call()
+    assert call is not None
+    tag = str(arguments.get("tag", "p"))
+    keys, events = keys_of(tag), events_key(tag)
+    client = _client()
+    identity = f"{call.run_id}:{call.tool_call_id}"
+    member = f"{os.getpid()}:{identity}:{call.attempt}"
+    label = f"{identity}|{call.attempt}|{os.getpid()}"
+    client.eval(_ENTER, 5, *keys[:5], member, "_", identity)
+    client.rpush(events, f"enter|{label}")
+    try:
+        while not client.exists(go_key(tag), go_key(tag, call.tool_call_id)):
+            try:
+                heartbeat(message="paced")
+            except CallCancelled:
+                client.rpush(events, f"stopped|{label}")
+                raise
+            client.rpush(events, f"beat|{label}")
+            time.sleep(0.02)
+    finally:
+        client.eval(_LEAVE, 3, *keys[:3], member, "_")
+        client.rpush(events, f"leave|{label}")
+    return {"identity": identity, "attempt": call.attempt, "pid": os.getpid()}
+
+
+class EchoProjector:
+    def project(self, raw: Any, request: dict[str, Any]) -> Any:
+        from boundary import EvidenceStatus, Projection
+
+        return Projection(evidence_status=EvidenceStatus.EVIDENCE_FOUND, result=raw)
+
+
 class CountProjector:
     def project(self, raw: Any, request: dict[str, Any]) -> Any:
         from boundary import EvidenceStatus, Projection
@@ -126,6 +184,17 @@ def build_specs() -> list[ToolSpec]:
         ToolSpec(name="rated", rate_limit=RateLimit(limit=20, period_s=1.0), **common),
         # One at once, two may wait: the third is TOOL_BUSY.
         ToolSpec(name="narrow", concurrency=1, max_waiting=2, **common),
+        # Two at once, holding until told (the paused-holder test); a lost attempt is retried.
+        ToolSpec(
+            name="paced",
+            executor=paced,
+            projector=EchoProjector(),
+            read_only=True,
+            timeout_s=120.0,
+            heartbeat_timeout_s=2.0,
+            concurrency=2,
+            retry=RetryPolicy(max_attempts=4, backoff_s=0),
+        ),
     ]
 
 
