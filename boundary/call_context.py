@@ -157,10 +157,16 @@ def _tell_listener(report: ProgressReport) -> None:
         logger.warning("progress listener failed for %s: %s", report.key.identity, name)
 
 
-def note_stale_holder(key: CanonicalKey, tool: str, attempt: int, step: str) -> None:
+def note_stale_holder(
+    store: CanonicalStore, key: CanonicalKey, tool: str, attempt: int, step: str
+) -> None:
     """Counts and logs a stale holder: attempt ``attempt`` of the call went on after another
-    attempt took it over, and its ``step`` was refused (ids and codes only)."""
+    attempt took it over, and its ``step`` was refused (ids and codes only). A limited tool's
+    flow control counts it too (``limits`` shows it)."""
     telemetry.stale_holder(tool)
+    flow = getattr(store, "flow", None)  # (a store without flow control has none)
+    if flow is not None:
+        flow.stale_holder(tool)
     logger.warning(
         "call %s: attempt %d is stale (another attempt has the call): its %s was refused",
         key.identity,
@@ -240,7 +246,7 @@ class CallScope:
                 self.ended = Ended.SUPERSEDED
             first, self.stale = not self.stale, True
         if first:
-            note_stale_holder(self.key, self.tool_name, self.attempt, step)
+            note_stale_holder(self.store, self.key, self.tool_name, self.attempt, step)
 
     def beat(self, progress: object = None, message: object = None) -> None:
         """``heartbeat()`` of this call: keeps the values, writes them when due."""

@@ -268,6 +268,16 @@ class Flow:
                     time.sleep(RELEASE_RETRY_S * 2**n)
         logger.warning("flow control: the slot of %s was not given up (store)", key.identity)
 
+    def stale_holder(self, tool: str) -> None:
+        """Counts a stale holder of ``tool`` in its flow control (``FlowHooks``); nothing for
+        a tool without limits. A store failure is logged, not raised."""
+        if self.limits(tool) is None:
+            return
+        try:
+            self.ops.note_stale(tool)
+        except StoreError:
+            logger.warning("flow control: a stale holder of %s not counted (store)", tool)
+
     def requeue(
         self,
         key: CanonicalKey,

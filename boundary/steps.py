@@ -188,6 +188,7 @@ def _seal_error(
 class _Holder:
     """The attempt an execute step runs: its fencing token, and where a refusal is noted."""
 
+    store: CanonicalStore
     key: CanonicalKey
     tool: str
     attempt: int
@@ -199,7 +200,7 @@ class _Holder:
         if self.scope is not None:
             self.scope.superseded(step)
         else:
-            note_stale_holder(self.key, self.tool, self.attempt, step)
+            note_stale_holder(self.store, self.key, self.tool, self.attempt, step)
         return ExecuteResult.HANDED_ON
 
     def seal_error(
@@ -258,7 +259,7 @@ def execute_step(
     if spec is None:
         # The worker's registry lacks a tool the caller's had: a deployment mismatch.
         code = ErrorCode.TOOL_EXECUTION_FAILED
-        return _Holder(key, tool, attempt).seal_error(
+        return _Holder(store, key, tool, attempt).seal_error(
             store, code, _failed(tool, code, EXECUTE, note=NOT_REGISTERED)
         )
     # The tool's own limit, cut short by the run's deadline (on the store's clock).
@@ -283,7 +284,7 @@ def execute_step(
         started_at=started_at or claim.now,
     )
     # Every later step of this attempt names it: a step refused as stale ends the attempt.
-    holder = _Holder(key, tool, attempt, scope)
+    holder = _Holder(store, key, tool, attempt, scope)
     timeouts: tuple[type[BaseException], ...] = (*timeout_errors, ToolTimeout)
     # A timeout the run's deadline caused is not retried (the next attempt would have no time
     # either).

@@ -4,7 +4,8 @@
 once across every worker process, and in which order they started.
 
 Part of ``tests.celery_tools.registry`` (the in-process worker's); ``registry`` here is the
-same tools alone, for worker subprocesses (``TOOL_BOUNDARY_TOOLS=tests.flow_tools:registry``).
+same tools alone, and ``paced`` (the paused-holder test's), for worker subprocesses
+(``TOOL_BOUNDARY_TOOLS=tests.flow_tools:registry``).
 """
 
 from __future__ import annotations
@@ -184,18 +185,23 @@ def build_specs() -> list[ToolSpec]:
         ToolSpec(name="rated", rate_limit=RateLimit(limit=20, period_s=1.0), **common),
         # One at once, two may wait: the third is TOOL_BUSY.
         ToolSpec(name="narrow", concurrency=1, max_waiting=2, **common),
-        # Two at once, holding until told (the paused-holder test); a lost attempt is retried.
-        ToolSpec(
-            name="paced",
-            executor=paced,
-            projector=EchoProjector(),
-            read_only=True,
-            timeout_s=120.0,
-            heartbeat_timeout_s=2.0,
-            concurrency=2,
-            retry=RetryPolicy(max_attempts=4, backoff_s=0),
-        ),
     ]
 
 
-registry = ToolRegistry(build_specs())
+def paced_spec() -> ToolSpec:
+    """Two at once, holding until told (the paused-holder test); a lost attempt is retried.
+    Only in ``registry`` (worker subprocesses): its time limit is longer than the in-process
+    worker's tests allow."""
+    return ToolSpec(
+        name="paced",
+        executor=paced,
+        projector=EchoProjector(),
+        read_only=True,
+        timeout_s=120.0,
+        heartbeat_timeout_s=2.0,
+        concurrency=2,
+        retry=RetryPolicy(max_attempts=4, backoff_s=0),
+    )
+
+
+registry = ToolRegistry([*build_specs(), paced_spec()])

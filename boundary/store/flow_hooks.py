@@ -14,3 +14,7 @@ class FlowHooks(Protocol):
         call's place in line, is given up and the next call in line started. ``attempt``: the
         call's current attempt as the seal read it; a slot held by another attempt is left
         alone (fenced). Never raises: a slot it could not give up is found by the reaper."""
+
+    def stale_holder(self, tool: str) -> None:
+        """An attempt of ``tool`` was refused a step because another attempt has its call: for
+        a limited tool, counted in its flow control (``limits`` shows it). Never raises."""

@@ -68,6 +68,7 @@ def limits_view(status: FlowStatus) -> dict[str, Any]:
         "running_by_tenant": status.running_by_tenant,
         "waiting_by_tenant": status.waiting_by_tenant,
         "starts_in_period": status.starts_in_period if rate else None,
+        "stale_holders": status.stale_holders,
     }
 
 
@@ -101,6 +102,8 @@ def _print(views: list[dict[str, Any]]) -> None:
             limits.append(f"max waiting {view['max_waiting']}")
         if view["override"]:
             limits.append("(override)")
+        if view["stale_holders"]:
+            limits.append(f"{view['stale_holders']} stale holders refused")
         table.add_row(
             Text(printable(view["tool"])),
             Text("; ".join(limits)),

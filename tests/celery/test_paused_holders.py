@@ -218,3 +218,5 @@ def test_a_paused_worker_s_stale_holders_are_fenced_when_it_resumes(
     assert live == set()
     # Nothing left held: no slot, no execution counted as running
     assert redis_client.hlen(running_key) == 0
+    # And each stale holder was counted once in the tool's flow control (limits shows it)
+    assert flow.status(TOOL).stale_holders == len(stale)

@@ -233,6 +233,10 @@ def test_a_stale_holder_never_gives_up_the_slot_its_call_holds_now(
     state = flow.ops.state("one", limits, first)
     assert (state.standing, state.attempt) == (FlowStanding.WAITS, 2)
     assert recorder.sent == [("a1", 1), ("a2", 1)]
+    # And a stale holder of a limited tool is counted in its flow control
+    assert flow.status("one").stale_holders == 0
+    store.flow.stale_holder("one")  # (what the execute step does when it is refused)
+    assert flow.status("one").stale_holders == 1
     # And a2's seal hands the slot to a1's attempt 2
     second = CanonicalKey(run_id=RUN.run_id, tool_call_id="a2")
     assert store.seal_error(second, ErrorCode.CANCELLED, attempt=1) is WriteStatus.OK
