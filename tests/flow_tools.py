@@ -63,11 +63,16 @@ def keys_of(tag: str) -> list[str]:
 HOLD = threading.Event()
 
 
+#: Where the tools count, when not the store's Redis (a store behind Sentinel: a plain URL).
+COUNT_URL_ENV = "TB_TEST_FLOW_COUNT_URL"
+
+
 @cache
 def _client() -> redis.Redis:
     from tasks.runtime import get_settings
 
-    return redis.Redis.from_url(get_settings().store_url, decode_responses=True)
+    url = os.environ.get(COUNT_URL_ENV) or get_settings().store_url
+    return redis.Redis.from_url(url, decode_responses=True)
 
 
 def metered(arguments: dict[str, Any]) -> dict[str, Any]:
