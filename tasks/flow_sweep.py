@@ -103,6 +103,7 @@ def _send_again(
         reap_after_s=retries.max_pending_s,
         reap_grace_s=retries.reap_grace_s,
         redispatch=True,
+        unstarted=True,  # re-checked in the script: a call that started meanwhile is left
     )
     if isinstance(moved, WriteStatus):
         return 0

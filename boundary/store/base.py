@@ -151,6 +151,8 @@ class WriteStatus(StrEnum):
     #: The reaper's step on a call that is not due any more (its reap time moved on, or its
     #: tool started after the reaper read its list): left alone, nothing written.
     NOT_DUE = "NOT_DUE"
+    #: A step meant for a call whose tool has not started found it started: left alone.
+    STARTED = "STARTED"
 
 
 class ClaimStatus(StrEnum):
@@ -382,6 +384,7 @@ class CanonicalStore(ABC):
         reap_grace_s: float,
         redispatch: bool = False,
         due_at: datetime | None = None,
+        unstarted: bool = False,
     ) -> int | WriteStatus:
         """Attempt ``attempt`` ended without a raw response: attempt ``attempt + 1`` takes the
         record over (returned), due for the reaper ``reap_after_s`` from now (never past the
@@ -389,7 +392,8 @@ class CanonicalStore(ABC):
         apart from the tool's attempts). A ``WriteStatus`` when it cannot (sealed, gone, raw
         kept: ``ALREADY_STORED``, moved on by someone else: ``SUPERSEDED``). ``due_at``: the
         reaper's retry (the store's time it read its list at): ``NOT_DUE`` when the call is not
-        due any more or its tool started since."""
+        due any more or its tool started since. ``unstarted``: only while attempt ``attempt``'s
+        tool has not started (else ``STARTED``)."""
         return WriteStatus.NOT_PROJECTING
 
     def attempt_state(self, key: CanonicalKey) -> AttemptState | None:

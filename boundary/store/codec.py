@@ -33,6 +33,7 @@ WRITE_CODES = {
     ScriptCode.REPLACED: WriteStatus.REPLACED,
     ScriptCode.SUPERSEDED: WriteStatus.SUPERSEDED,
     ScriptCode.NOT_DUE: WriteStatus.NOT_DUE,
+    ScriptCode.STARTED: WriteStatus.STARTED,
 }
 
 

@@ -95,6 +95,7 @@ class RedisAttempts:
         reap_grace_s: float,
         redispatch: bool = False,
         due_at: datetime | None = None,
+        unstarted: bool = False,
     ) -> int | WriteStatus:
         run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
         argv: list[str | int] = [
@@ -104,6 +105,7 @@ class RedisAttempts:
             "redispatches" if redispatch else "retries",
             int(reap_grace_s * 1000),
             "" if due_at is None else ms(due_at),
+            "unstarted" if unstarted else "",
         ]
         with translated():
             code = int(self._retry(keys=run_keys, args=argv))

@@ -363,3 +363,26 @@ def test_a_slot_lease_is_for_tools_that_heartbeat_and_never_shorter() -> None:
     with pytest.raises(ValidationError):
         ToolSpec(name="t", heartbeat_timeout_s=5.0, slot_lease_s=2.0, **common)
     assert ToolSpec(name="t", heartbeat_timeout_s=2.0, **common).lease_s == 2.0
+
+
+def test_a_re_send_of_an_unstarted_call_leaves_one_that_started_meanwhile(
+    store: RedisCanonicalStore,
+) -> None:
+    # The flow sweep re-sends a grant whose message failed to send; its tool may start
+    # between the sweep's look and its retry: then the running attempt keeps the call
+    key = create_projecting(store, "unsent")
+    assert store.claim(key, attempt=1, heartbeat_timeouts={}).record is not None
+    moved = store.retry_attempt(
+        key, attempt=1, reap_after_s=60, reap_grace_s=1, redispatch=True, unstarted=True
+    )
+    assert moved is WriteStatus.STARTED
+    record = store.get(key)
+    assert record is not None and record.attempt == 1
+    # An attempt that never started is re-sent as before
+    other = create_projecting(store, "never-started")
+    assert (
+        store.retry_attempt(
+            other, attempt=1, reap_after_s=60, reap_grace_s=1, redispatch=True, unstarted=True
+        )
+        == 2
+    )

@@ -12,10 +12,13 @@
 -- ARGV[5] = reap grace, ms: the reap time is never later than the call's deadline + grace
 -- ARGV[6] = the reaper's judgement time (epoch ms), or absent/"" for none: move on only while
 --           the call is still due and its tool did not start since (the reaper's retry)
+-- ARGV[7] = "unstarted" to move on only while attempt n's tool has not started (a re-send of
+--           a message that never reached a worker), or absent/""
 --
 -- Returns n + 1; else (CODE, _prelude.lua) MISSING; NOT_PROJECTING; ALREADY_STORED (project
 -- it instead); SUPERSEDED the record's attempt is not n (someone else moved it on); NOT_DUE
--- (ARGV[6]: the call started or its reap time moved since the reaper judged it).
+-- (ARGV[6]: the call started or its reap time moved since the reaper judged it); STARTED
+-- (ARGV[7]: its tool started meanwhile).
 
 local refused = not_projecting(KEYS[1])
 if refused then
@@ -32,6 +35,9 @@ local now = now_ms()
 local late = still_due(KEYS[1], KEYS[2], ARGV[3], ARGV[6], now)
 if late then
   return late
+end
+if ARGV[7] == "unstarted" and redis.call("HEXISTS", KEYS[1], "started_at") == 1 then
+  return CODE.STARTED
 end
 local reap_at = now + tonumber(ARGV[2])
 local deadline = redis.call("HGET", KEYS[1], "deadline")
