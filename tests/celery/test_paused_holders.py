@@ -207,11 +207,13 @@ def test_a_paused_worker_s_stale_holders_are_fenced_when_it_resumes(
     last_stale_leave = max(
         i for i, e in enumerate(after) if e.what == "leave" and e.execution in stale
     )
+    highest = len(live)
     for i, e in enumerate(after):
         if e.what == "enter":
             live.add(e.execution)
         elif e.what == "leave":
             live.discard(e.execution)
+        highest = max(highest, len(live))
         assert len(live) <= LIMIT + len(stale), (i, sorted(live))
         if len(live) > LIMIT:
             assert i < last_stale_leave, (i, sorted(live))
@@ -220,3 +222,9 @@ def test_a_paused_worker_s_stale_holders_are_fenced_when_it_resumes(
     assert redis_client.hlen(running_key) == 0
     # And each stale holder was counted once in the tool's flow control (limits shows it)
     assert flow.status(TOOL).stale_holders == len(stale)
+    ends = {x: [e.what for e in after if e.execution == x][-2:] for x in sorted(stale)}
+    print(
+        f"paused {pool} worker: {len(stale)} stale holders, limit {LIMIT}, live count after "
+        f"the resume at most {highest}, stale ends {ends}, attempts "
+        f"{[store.get(key_of(f'c{n}'), with_raw=False).attempt for n in range(CALLS)]}"  # type: ignore[union-attr]
+    )
