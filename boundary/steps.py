@@ -203,12 +203,10 @@ class _Holder:
             note_stale_holder(self.store, self.key, self.tool, self.attempt, step)
         return ExecuteResult.HANDED_ON
 
-    def seal_error(
-        self, store: CanonicalStore, code: ErrorCode, diagnostic: Diagnostic | None = None
-    ) -> ExecuteResult:
+    def seal_error(self, code: ErrorCode, diagnostic: Diagnostic | None = None) -> ExecuteResult:
         """Seals the call ERROR as this attempt (fenced): ``SEALED``, or ``HANDED_ON`` when the
         attempt turned out stale."""
-        written = _seal_error(store, self.key, code, diagnostic, attempt=self.attempt)
+        written = _seal_error(self.store, self.key, code, diagnostic, attempt=self.attempt)
         if written is WriteStatus.SUPERSEDED:
             return self.stale("seal")
         return ExecuteResult.SEALED
@@ -260,7 +258,7 @@ def execute_step(
         # The worker's registry lacks a tool the caller's had: a deployment mismatch.
         code = ErrorCode.TOOL_EXECUTION_FAILED
         return _Holder(store, key, tool, attempt).seal_error(
-            store, code, _failed(tool, code, EXECUTE, note=NOT_REGISTERED)
+            code, _failed(tool, code, EXECUTE, note=NOT_REGISTERED)
         )
     # The tool's own limit, cut short by the run's deadline (on the store's clock).
     now = now or claim.now or datetime.now(UTC)
@@ -328,7 +326,7 @@ def execute_step(
         if ended is not Ended.TIME_UP:
             # The text may hold secrets: only the exception's type and frame are kept.
             code = ErrorCode.TOOL_EXECUTION_FAILED
-            return holder.seal_error(store, code, _failed(tool, code, EXECUTE, exc))
+            return holder.seal_error(code, _failed(tool, code, EXECUTE, exc))
     else:
         if scope.ended is Ended.SUPERSEDED:
             # Told at a heartbeat that another attempt has the call, the tool returned anyway.
@@ -371,7 +369,7 @@ def _keep_raw(
         # Not JSON data, or objects whose own code raises while being serialized (a mapping
         # whose ``items()`` fails): either way the response cannot be kept.
         code = ErrorCode.SERIALIZATION_FAILED
-        return holder.seal_error(store, code, _failed(tool, code, EXECUTE, exc))
+        return holder.seal_error(code, _failed(tool, code, EXECUTE, exc))
     limits: Limits = store.limits
     if raw_size > limits.max_raw_bytes or (
         not record_fits(record, limits.max_record_bytes, raw=raw_text)
@@ -379,7 +377,7 @@ def _keep_raw(
         # Not stored, not truncated, and the projector never sees it.
         note = f"raw response of {raw_size} bytes; max_raw_bytes {limits.max_raw_bytes}"
         code = ErrorCode.RESULT_TOO_LARGE
-        return holder.seal_error(store, code, _failed(tool, code, EXECUTE, note=note))
+        return holder.seal_error(code, _failed(tool, code, EXECUTE, note=note))
     written, stored = store.store_raw_into(record, raw_text, attempt=holder.attempt)
     if stored is not None:
         # The project step of this call, if it runs in this process, need not read it back.
@@ -416,7 +414,7 @@ def _timed_out(
                 return handed
     note = f"the tool ran past its time limit ({max(timeout_s, 0):.3g} s)"
     code = ErrorCode.TOOL_TIMEOUT
-    return holder.seal_error(store, code, _failed(spec.name, code, EXECUTE, note=note))
+    return holder.seal_error(code, _failed(spec.name, code, EXECUTE, note=note))
 
 
 def _redispatch(
@@ -429,7 +427,7 @@ def _redispatch(
             return handed
     code = ErrorCode.WORKER_LOST
     note = "every tool thread of the worker was held by hung tools"
-    return holder.seal_error(store, code, _failed(spec.name, code, EXECUTE, note=note))
+    return holder.seal_error(code, _failed(spec.name, code, EXECUTE, note=note))
 
 
 def _hand_on(
