@@ -49,7 +49,7 @@ RELEASE_ATTEMPTS = 3
 RELEASE_RETRY_S = 0.2
 #: ``release.lua``'s code when another attempt holds the call's slot: the release named a
 #: stale attempt and gave nothing up.
-RELEASE_STALE = 3
+RELEASE_STALE = -2
 #: What a waiting call's progress says (``CallProgress.message``).
 WAITING_MESSAGE = "waiting for a slot"
 

@@ -170,7 +170,7 @@ class RedisFlow:
         self, tool: str, limits: ToolLimits, key: CanonicalKey, *, attempt: int | None = None
     ) -> FlowReply:
         """The call ended: its slot or its place in line goes, free slots go to the line.
-        ``attempt``: only the slot that attempt holds (code 3 when another attempt holds it:
+        ``attempt``: only the slot that attempt holds (code -2 when another attempt holds it:
         left alone)."""
         fence = "" if attempt is None else attempt
         return _reply(self._run("release", tool, limits, key.identity, fence))

@@ -241,6 +241,10 @@ def test_a_stale_holder_never_gives_up_the_slot_its_call_holds_now(
     second = CanonicalKey(run_id=RUN.run_id, tool_call_id="a2")
     assert store.seal_error(second, ErrorCode.CANCELLED, attempt=1) is WriteStatus.OK
     assert recorder.sent[-1] == ("a1", 2)
+    # And a stale move of the call to an older attempt leaves attempt 2 its slot
+    assert flow.ops.requeue("one", limits, first, attempt=1, keep=False).code == RELEASE_STALE
+    state = flow.ops.state("one", limits, first)
+    assert (state.standing, state.attempt) == (FlowStanding.HOLDS, 2)
 
 
 # --- the reaper acts only on what is still due -------------------------------------------------

@@ -8,8 +8,8 @@
 --           holds it (the reaper, once it saw the call sealed or gone)
 --
 -- Returns {code, now, wake_at, grants, expired}: code 1 a slot was freed, 2 it left the line,
--- 0 it held neither, 3 another attempt holds the slot or the place in line (left alone: the
--- caller is stale).
+-- 0 it held neither, -2 refused: another attempt holds the slot or the place in line (left
+-- alone: the caller is stale; negative codes are refusals, as admit's -1).
 
 local identity, fence = ARGV[7], ARGV[8]
 
@@ -21,7 +21,7 @@ end
 local code = 0
 if others(redis.call("HGET", KEYS[2], identity), 1)
     or others(redis.call("HGET", KEYS[5], identity), 4) then
-  code = 3
+  code = -2
 else
   if free_slot(identity) then
     code = 1
