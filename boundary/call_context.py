@@ -27,6 +27,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from boundary import telemetry
 from boundary.errors import StoreError
 
 if TYPE_CHECKING:
@@ -156,6 +157,24 @@ def _tell_listener(report: ProgressReport) -> None:
         logger.warning("progress listener failed for %s: %s", report.key.identity, name)
 
 
+def note_stale_holder(
+    store: CanonicalStore, key: CanonicalKey, tool: str, attempt: int, step: str
+) -> None:
+    """Counts and logs a stale holder: attempt ``attempt`` of the call went on after another
+    attempt took it over, and its ``step`` was refused (ids and codes only). A limited tool's
+    flow control counts it too (``limits`` shows it)."""
+    telemetry.stale_holder(tool)
+    flow = getattr(store, "flow", None)  # (a store without flow control has none)
+    if flow is not None:
+        flow.stale_holder(tool)
+    logger.warning(
+        "call %s: attempt %d is stale (another attempt has the call): its %s was refused",
+        key.identity,
+        attempt,
+        step,
+    )
+
+
 class CallScope:
     """One running attempt of a call, as its tool's heartbeats see it.
 
@@ -194,6 +213,8 @@ class CallScope:
         self.ended: Ended | None = None
         #: Store writes made (for the benchmark and tests).
         self.writes = 0
+        #: Set once this attempt learned that another attempt has its call (a stale holder).
+        self.stale = False
 
     @property
     def time_left_s(self) -> float:
@@ -215,6 +236,17 @@ class CallScope:
         with self._lock:
             if self.ended is None:
                 self.ended = why
+
+    def superseded(self, step: str) -> None:
+        """A step of this attempt (``step``: heartbeat, raw, seal, retry) was refused because
+        another attempt has the call now: this one is a stale holder and must stop. Counted
+        (``tool_boundary_stale_holders_total``) and logged once per attempt."""
+        with self._lock:
+            if self.ended is None:
+                self.ended = Ended.SUPERSEDED
+            first, self.stale = not self.stale, True
+        if first:
+            note_stale_holder(self.store, self.key, self.tool_name, self.attempt, step)
 
     def beat(self, progress: object = None, message: object = None) -> None:
         """``heartbeat()`` of this call: keeps the values, writes them when due."""
@@ -256,7 +288,10 @@ class CallScope:
         if written is WriteStatus.OK:
             _tell_listener(ProgressReport(self.key, self.tool_name, self.attempt, fraction, text))
             return
-        self.end(Ended.SUPERSEDED if written is WriteStatus.SUPERSEDED else Ended.SEALED)
+        if written is WriteStatus.SUPERSEDED:
+            self.superseded("heartbeat")
+        else:
+            self.end(Ended.SEALED)
         raise CallCancelled()
 
     @contextmanager

@@ -47,6 +47,9 @@ WAKE_MARGIN_S = 0.005
 #: leave the slot to the reaper's check.
 RELEASE_ATTEMPTS = 3
 RELEASE_RETRY_S = 0.2
+#: ``release.lua``'s code when another attempt holds the call's slot: the release named a
+#: stale attempt and gave nothing up.
+RELEASE_STALE = -2
 #: What a waiting call's progress says (``CallProgress.message``).
 WAITING_MESSAGE = "waiting for a slot"
 
@@ -232,27 +235,48 @@ class Flow:
         self.deliver(tool, reply)
         return reply
 
-    def release(self, key: CanonicalKey, tool: str, limits: ToolLimits) -> FlowReply:
-        """Gives up the call's slot or place in line; sends the calls handed a slot."""
-        reply = self.ops.release(tool, limits, key)
+    def release(
+        self, key: CanonicalKey, tool: str, limits: ToolLimits, *, attempt: int | None = None
+    ) -> FlowReply:
+        """Gives up the call's slot or place in line; sends the calls handed a slot.
+        ``attempt``: only a slot that attempt holds (fenced: one a newer attempt was granted
+        is left alone, ``RELEASE_STALE``)."""
+        reply = self.ops.release(tool, limits, key, attempt=attempt)
         self.deliver(tool, reply)
         return reply
 
-    def sealed(self, key: CanonicalKey, tool: str) -> None:
+    def sealed(self, key: CanonicalKey, tool: str, attempt: int | None = None) -> None:
         """The store sealed the call (``FlowHooks``): nothing for a tool without limits; else
-        its slot goes to the next call in line. A store failure here is logged, not raised:
-        the reaper finds a slot whose holder is sealed and frees it."""
+        its slot (held by ``attempt``, when given) goes to the next call in line. A store
+        failure here is logged, not raised: the reaper finds a slot whose holder is sealed
+        and frees it."""
         limits = self.limits(tool)
         if limits is None:
             return
-        for attempt in range(RELEASE_ATTEMPTS):
+        for n in range(RELEASE_ATTEMPTS):
             try:
-                self.release(key, tool, limits)
+                reply = self.release(key, tool, limits, attempt=attempt)
+                if reply.code == RELEASE_STALE:
+                    logger.warning(
+                        "flow control: %s attempt %s gave up no slot (another attempt holds it)",
+                        key.identity,
+                        attempt,
+                    )
                 return
             except StoreError:
-                if attempt + 1 < RELEASE_ATTEMPTS:
-                    time.sleep(RELEASE_RETRY_S * 2**attempt)
+                if n + 1 < RELEASE_ATTEMPTS:
+                    time.sleep(RELEASE_RETRY_S * 2**n)
         logger.warning("flow control: the slot of %s was not given up (store)", key.identity)
+
+    def stale_holder(self, tool: str) -> None:
+        """Counts a stale holder of ``tool`` in its flow control (``FlowHooks``); nothing for
+        a tool without limits. A store failure is logged, not raised."""
+        if self.limits(tool) is None:
+            return
+        try:
+            self.ops.note_stale(tool)
+        except StoreError:
+            logger.warning("flow control: a stale holder of %s not counted (store)", tool)
 
     def requeue(
         self,

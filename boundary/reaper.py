@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from boundary import CanonicalKey, ErrorCode, InvocationStatus, StoreError, ToolRegistry, telemetry
 from boundary.flow import Flow
@@ -85,11 +86,17 @@ def reap_once(
         max_reprojections: re-projections of one call before it is sealed WORKER_LOST.
         retries: how lost calls get a new attempt (``None``: they are sealed).
     """
-    due = store.due_pending(limit=limit)
+    # Every step below re-checks, in its script, that the call is still due and its tool
+    # did not start since this time (a call granted a slot and started meanwhile is left).
+    judged_at = store.now()
+    due = store.due_pending(judged_at, limit=limit)
     sealed = reprojected = retried = 0
     for key in due:
         decision = store.requeue_due(
-            key, retry_after_s=retry_after_s, max_reprojections=max_reprojections
+            key,
+            retry_after_s=retry_after_s,
+            max_reprojections=max_reprojections,
+            due_at=judged_at,
         )
         if decision is ReapDecision.REPROJECT:
             try:
@@ -102,10 +109,10 @@ def reap_once(
                 continue
         if decision is not ReapDecision.SEAL:
             continue
-        if retries is not None and _next_attempt(store, key, retries):
+        if retries is not None and _next_attempt(store, key, retries, judged_at):
             retried += 1
             continue
-        if store.seal_error(key, ErrorCode.WORKER_LOST) is WriteStatus.OK:
+        if store.seal_error(key, ErrorCode.WORKER_LOST, due_at=judged_at) is WriteStatus.OK:
             sealed += 1
     flow = store.flow
     if retries is not None and isinstance(flow, Flow):
@@ -121,7 +128,9 @@ def reap_once(
     return Reaped(due=len(due), sealed=sealed, reprojected=reprojected, retried=retried)
 
 
-def _next_attempt(store: CanonicalStore, key: CanonicalKey, retries: Retries) -> bool:
+def _next_attempt(
+    store: CanonicalStore, key: CanonicalKey, retries: Retries, judged_at: datetime | None = None
+) -> bool:
     """Hands a lost call to its next attempt when it may have one; ``True`` when the call
     is no longer this pass's to seal."""
     state = store.attempt_state(key)
@@ -145,9 +154,10 @@ def _next_attempt(store: CanonicalStore, key: CanonicalKey, retries: Retries) ->
         reap_after_s=backoff_s + retries.max_pending_s,
         reap_grace_s=retries.reap_grace_s,
         redispatch=redispatch,
+        due_at=judged_at,
     )
     if isinstance(moved, WriteStatus):
-        return True  # sealed, projected or moved on by someone else meanwhile
+        return True  # sealed, projected, moved on or started by someone else meanwhile
     try:
         send_attempt(
             store,
@@ -231,7 +241,8 @@ def _check_lease(
     up when the call is sealed or gone, moved to the call's current attempt otherwise."""
     record = store.get(lease.key, with_raw=False)
     if record is None or record.status is not InvocationStatus.PROJECTING:
-        flow.release(lease.key, tool, limits)
+        # Only the slot of the attempt this check read (a newer one's is its own).
+        flow.release(lease.key, tool, limits, attempt=lease.attempt)
         return 1
     if record.attempt == lease.attempt:
         flow.ops.renew(tool, limits, lease.key, lease.attempt)
@@ -264,6 +275,7 @@ def _send_again(
         reap_after_s=retries.max_pending_s,
         reap_grace_s=retries.reap_grace_s,
         redispatch=True,
+        unstarted=True,  # re-checked in the script: a call that started meanwhile is left
     )
     if isinstance(moved, WriteStatus):
         return 0

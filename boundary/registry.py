@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from jsonschema.protocols import Validator
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from boundary.errors import ConfigurationError, ErrorCode
 from boundary.models import SAFE_ID_PATTERN, Projection
@@ -113,6 +113,13 @@ class ToolSpec(BaseModel):
     #: ``None``: the tool does not heartbeat, and a call is judged lost only past its
     #: ``max_pending_s`` (and grace).
     heartbeat_timeout_s: float | None = Field(default=None, gt=0)
+    #: How long an attempt that went silent keeps its call, and for a limited tool its slot,
+    #: before the fleet reclaims them (hands the call to a new attempt, the slot to the next
+    #: call), seconds; at least ``heartbeat_timeout_s``, whose value it takes by default. A
+    #: longer lease suits a tool whose hosts pause (long GC pauses, throttled containers):
+    #: fewer false reclaims, at the price of a slot held that much longer when a worker dies.
+    #: Only for a tool that heartbeats (docs/FLOW.md, "Paused holders").
+    slot_lease_s: float | None = Field(default=None, gt=0)
     #: How lost or timed-out attempts are run again (default: never).
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     #: The Celery queue of the tool's execute step: long tools get a queue (and workers) of
@@ -147,6 +154,15 @@ class ToolSpec(BaseModel):
             compile_schema(value)  # raises SchemaError (a ValueError) when invalid
         return value
 
+    @model_validator(mode="after")
+    def _lease_is_renewed(self) -> ToolSpec:
+        if self.slot_lease_s is not None:
+            if self.heartbeat_timeout_s is None:
+                raise ValueError("slot_lease_s needs heartbeat_timeout_s (a tool that heartbeats)")
+            if self.slot_lease_s < self.heartbeat_timeout_s:
+                raise ValueError("slot_lease_s must be at least heartbeat_timeout_s")
+        return self
+
     def model_post_init(self, context: Any, /) -> None:
         if self.input_schema is not None:
             self._compiled = (self.input_schema, compile_schema(self.input_schema))
@@ -161,6 +177,12 @@ class ToolSpec(BaseModel):
             or self.rate_limit is not None
             or self.max_waiting is not None
         )
+
+    @property
+    def lease_s(self) -> float | None:
+        """How long a silent attempt keeps its call and slot: ``slot_lease_s``, by default
+        ``heartbeat_timeout_s``; ``None`` for a tool that does not heartbeat."""
+        return self.slot_lease_s if self.slot_lease_s is not None else self.heartbeat_timeout_s
 
     @property
     def arguments_schema(self) -> dict[str, Any]:
@@ -245,12 +267,9 @@ class ToolRegistry:
 
     @property
     def heartbeat_timeouts(self) -> dict[str, float]:
-        """Tool -> ``heartbeat_timeout_s`` of the tools that heartbeat."""
-        return {
-            spec.name: spec.heartbeat_timeout_s
-            for spec in self
-            if spec.heartbeat_timeout_s is not None
-        }
+        """Tool -> how long a silent call keeps its call and slot (``ToolSpec.lease_s``), of
+        the tools that heartbeat."""
+        return {spec.name: spec.lease_s for spec in self if spec.lease_s is not None}
 
     def silent_after(self, grace_s: float) -> dict[str, float]:
         """Tool -> seconds a started call may go without a sign of life before the reaper

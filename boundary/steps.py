@@ -19,7 +19,13 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from boundary import telemetry
-from boundary.call_context import DEFAULT_HEARTBEAT_INTERVAL_S, CallCancelled, CallScope, Ended
+from boundary.call_context import (
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    CallCancelled,
+    CallScope,
+    Ended,
+    note_stale_holder,
+)
 from boundary.call_steps import outcome_from_record
 from boundary.diagnostics import Diagnostic, Stage
 from boundary.errors import ErrorCode, ToolTimeout
@@ -163,14 +169,47 @@ def _seal_error(
     key: CanonicalKey,
     code: ErrorCode,
     diagnostic: Diagnostic | None = None,
-) -> None:
+    *,
+    attempt: int | None = None,
+) -> WriteStatus:
+    """Seals the call ERROR ``code``; ``attempt``: the seal of that attempt (fenced: refused,
+    ``SUPERSEDED``, once another attempt has the call)."""
     if diagnostic is not None:
         diagnostic.log(key.identity)
-    status = store.seal_error(key, code, diagnostic=diagnostic)
+    status = store.seal_error(key, code, diagnostic=diagnostic, attempt=attempt)
     if status is WriteStatus.OK:
         telemetry.sealed(ToolOutcome.error(key.tool_call_id, code))
     # Codes only: the reason a call ended is never logged with its payload.
     logger.info("call %s sealed ERROR %s (%s)", key.identity, code.value, status.value)
+    return status
+
+
+@dataclass(frozen=True, slots=True)
+class _Holder:
+    """The attempt an execute step runs: its fencing token, and where a refusal is noted."""
+
+    store: CanonicalStore
+    key: CanonicalKey
+    tool: str
+    attempt: int
+    scope: CallScope | None = None
+
+    def stale(self, step: str) -> ExecuteResult:
+        """A step of this attempt was refused: another attempt has the call. Noted once per
+        attempt; the step ends without projecting (the newer attempt brings its own)."""
+        if self.scope is not None:
+            self.scope.superseded(step)
+        else:
+            note_stale_holder(self.store, self.key, self.tool, self.attempt, step)
+        return ExecuteResult.HANDED_ON
+
+    def seal_error(self, code: ErrorCode, diagnostic: Diagnostic | None = None) -> ExecuteResult:
+        """Seals the call ERROR as this attempt (fenced): ``SEALED``, or ``HANDED_ON`` when the
+        attempt turned out stale."""
+        written = _seal_error(self.store, self.key, code, diagnostic, attempt=self.attempt)
+        if written is WriteStatus.SUPERSEDED:
+            return self.stale("seal")
+        return ExecuteResult.SEALED
 
 
 def _failed(
@@ -207,7 +246,7 @@ def execute_step(
     claim = store.claim(key, attempt=attempt, heartbeat_timeouts=silent)
     if claim.status is ClaimStatus.PAST_DEADLINE:
         # The deadline passed while the call waited for a worker: the tool never runs.
-        _seal_error(store, key, ErrorCode.RUN_DEADLINE_EXCEEDED)
+        _seal_error(store, key, ErrorCode.RUN_DEADLINE_EXCEEDED, attempt=attempt)
         return ExecuteResult.SEALED
     if claim.record is None:
         return _NOT_CLAIMED[claim.status]
@@ -218,8 +257,9 @@ def execute_step(
     if spec is None:
         # The worker's registry lacks a tool the caller's had: a deployment mismatch.
         code = ErrorCode.TOOL_EXECUTION_FAILED
-        _seal_error(store, key, code, _failed(tool, code, EXECUTE, note=NOT_REGISTERED))
-        return ExecuteResult.SEALED
+        return _Holder(store, key, tool, attempt).seal_error(
+            code, _failed(tool, code, EXECUTE, note=NOT_REGISTERED)
+        )
     # The tool's own limit, cut short by the run's deadline (on the store's clock).
     now = now or claim.now or datetime.now(UTC)
     # A rate-limited tool's start enters its rate window now (one round trip; none for a
@@ -236,10 +276,13 @@ def execute_step(
         attempt=attempt,
         time_limit_s=timeout_s,
         deadline=record.deadline,
-        heartbeat_timeout_s=spec.heartbeat_timeout_s,
+        # Each heartbeat renews the call's lease (its reap time) by this much.
+        heartbeat_timeout_s=spec.lease_s,
         interval_s=terms.heartbeat_interval_s,
         started_at=started_at or claim.now,
     )
+    # Every later step of this attempt names it: a step refused as stale ends the attempt.
+    holder = _Holder(store, key, tool, attempt, scope)
     timeouts: tuple[type[BaseException], ...] = (*timeout_errors, ToolTimeout)
     # A timeout the run's deadline caused is not retried (the next attempt would have no time
     # either).
@@ -248,9 +291,7 @@ def execute_step(
     def overdue() -> ExecuteResult:
         # On the watchdog's side, at the deadline, while the tool may still run in line.
         scope.end(Ended.TIME_UP)  # the tool's next heartbeat raises CallCancelled
-        ended = _timed_out(
-            store, key, spec, attempt=attempt, terms=terms, timeout_s=timeout_s, retry=retry
-        )
+        ended = _timed_out(store, holder, spec, terms=terms, timeout_s=timeout_s, retry=retry)
         if ended is ExecuteResult.SEALED and terms.project_now is not None:
             terms.project_now(key)
             return ExecuteResult.HANDED_ON  # the step sent now projects it, not the chain's
@@ -273,7 +314,7 @@ def execute_step(
     except ToolThreadsExhausted:
         # Every tool thread is held by hung runs: the tool never started here. Sent again
         # (another worker, or this one once restarted, takes it) whatever the retry policy.
-        return _redispatch(store, key, spec, attempt, terms)
+        return _redispatch(store, holder, spec, terms)
     except timeouts:
         pass  # ended below
     except Exception as exc:
@@ -285,15 +326,15 @@ def execute_step(
         if ended is not Ended.TIME_UP:
             # The text may hold secrets: only the exception's type and frame are kept.
             code = ErrorCode.TOOL_EXECUTION_FAILED
-            _seal_error(store, key, code, _failed(tool, code, EXECUTE, exc))
-            return ExecuteResult.SEALED
+            return holder.seal_error(code, _failed(tool, code, EXECUTE, exc))
     else:
-        return _keep_raw(store, record, raw)
+        if scope.ended is Ended.SUPERSEDED:
+            # Told at a heartbeat that another attempt has the call, the tool returned anyway.
+            return ExecuteResult.HANDED_ON
+        return _keep_raw(store, record, raw, holder)
     # Out of time: its limit passed, or the tool saw it at a heartbeat.
     scope.end(Ended.TIME_UP)  # a tool still running raises CallCancelled at its next heartbeat
-    return _timed_out(
-        store, key, spec, attempt=attempt, terms=terms, timeout_s=timeout_s, retry=retry
-    )
+    return _timed_out(store, holder, spec, terms=terms, timeout_s=timeout_s, retry=retry)
 
 
 #: What the execute step answers when its claim did not start the tool.
@@ -314,9 +355,13 @@ _NOT_STARTED = {
 }
 
 
-def _keep_raw(store: CanonicalStore, record: CanonicalRecord, raw: Any) -> ExecuteResult:
-    """Size-checks the raw response and keeps it in the record (never truncated)."""
-    key, tool = record.key, record.tool_name
+def _keep_raw(
+    store: CanonicalStore, record: CanonicalRecord, raw: Any, holder: _Holder
+) -> ExecuteResult:
+    """Size-checks the raw response and keeps it in the record (never truncated), as the
+    holder's attempt: refused once another attempt has the call (the stale response is
+    dropped; the newer attempt's decides)."""
+    tool = record.tool_name
     try:
         raw_text = canonical_json(raw)
         raw_size = utf8_size(raw_text)
@@ -324,8 +369,7 @@ def _keep_raw(store: CanonicalStore, record: CanonicalRecord, raw: Any) -> Execu
         # Not JSON data, or objects whose own code raises while being serialized (a mapping
         # whose ``items()`` fails): either way the response cannot be kept.
         code = ErrorCode.SERIALIZATION_FAILED
-        _seal_error(store, key, code, _failed(tool, code, EXECUTE, exc))
-        return ExecuteResult.SEALED
+        return holder.seal_error(code, _failed(tool, code, EXECUTE, exc))
     limits: Limits = store.limits
     if raw_size > limits.max_raw_bytes or (
         not record_fits(record, limits.max_record_bytes, raw=raw_text)
@@ -333,9 +377,8 @@ def _keep_raw(store: CanonicalStore, record: CanonicalRecord, raw: Any) -> Execu
         # Not stored, not truncated, and the projector never sees it.
         note = f"raw response of {raw_size} bytes; max_raw_bytes {limits.max_raw_bytes}"
         code = ErrorCode.RESULT_TOO_LARGE
-        _seal_error(store, key, code, _failed(tool, code, EXECUTE, note=note))
-        return ExecuteResult.SEALED
-    written, stored = store.store_raw_into(record, raw_text)
+        return holder.seal_error(code, _failed(tool, code, EXECUTE, note=note))
+    written, stored = store.store_raw_into(record, raw_text, attempt=holder.attempt)
     if stored is not None:
         # The project step of this call, if it runs in this process, need not read it back.
         process_handover().put(stored)
@@ -344,57 +387,54 @@ def _keep_raw(store: CanonicalStore, record: CanonicalRecord, raw: Any) -> Execu
         return ExecuteResult.STORED
     if written is WriteStatus.MISSING:
         return ExecuteResult.MISSING
+    if written is WriteStatus.SUPERSEDED:
+        return holder.stale("raw response")
     return ExecuteResult.SEALED
 
 
 def _timed_out(
     store: CanonicalStore,
-    key: CanonicalKey,
+    holder: _Holder,
     spec: ToolSpec,
     *,
-    attempt: int,
     terms: AttemptTerms,
     timeout_s: float,
     retry: bool,
 ) -> ExecuteResult:
     """The attempt ran past its time limit: the next attempt when the policy says so, else
-    the call is sealed TOOL_TIMEOUT."""
+    the call is sealed TOOL_TIMEOUT (both only while the attempt is the call's current one)."""
+    key, attempt = holder.key, holder.attempt
     if retry and terms.sender is not None:
         state = store.attempt_state(key)
         made = state.tool_runs if state is not None else attempt
         if spec.retry.retries(ErrorCode.TOOL_TIMEOUT, made):
             backoff_s = spec.retry.backoff(made)
-            handed = _hand_on(store, key, spec, attempt=attempt, terms=terms, backoff_s=backoff_s)
+            handed = _hand_on(store, holder, spec, terms=terms, backoff_s=backoff_s)
             if handed is not None:
                 return handed
     note = f"the tool ran past its time limit ({max(timeout_s, 0):.3g} s)"
     code = ErrorCode.TOOL_TIMEOUT
-    _seal_error(store, key, code, _failed(spec.name, code, EXECUTE, note=note))
-    return ExecuteResult.SEALED
+    return holder.seal_error(code, _failed(spec.name, code, EXECUTE, note=note))
 
 
 def _redispatch(
-    store: CanonicalStore, key: CanonicalKey, spec: ToolSpec, attempt: int, terms: AttemptTerms
+    store: CanonicalStore, holder: _Holder, spec: ToolSpec, terms: AttemptTerms
 ) -> ExecuteResult:
     """The tool could not start here: the call goes back to its queue as a new attempt."""
     if terms.sender is not None:
-        handed = _hand_on(
-            store, key, spec, attempt=attempt, terms=terms, backoff_s=0.0, redispatch=True
-        )
+        handed = _hand_on(store, holder, spec, terms=terms, backoff_s=0.0, redispatch=True)
         if handed is not None:
             return handed
     code = ErrorCode.WORKER_LOST
     note = "every tool thread of the worker was held by hung tools"
-    _seal_error(store, key, code, _failed(spec.name, code, EXECUTE, note=note))
-    return ExecuteResult.SEALED
+    return holder.seal_error(code, _failed(spec.name, code, EXECUTE, note=note))
 
 
 def _hand_on(
     store: CanonicalStore,
-    key: CanonicalKey,
+    holder: _Holder,
     spec: ToolSpec,
     *,
-    attempt: int,
     terms: AttemptTerms,
     backoff_s: float,
     redispatch: bool = False,
@@ -402,13 +442,16 @@ def _hand_on(
     """Moves the record to the next attempt and sends it; ``None`` when it could not be
     sent (the caller seals the call instead)."""
     assert terms.sender is not None
+    key = holder.key
     moved = store.retry_attempt(
         key,
-        attempt=attempt,
+        attempt=holder.attempt,
         reap_after_s=backoff_s + terms.max_pending_s,
         reap_grace_s=terms.reap_grace_s,
         redispatch=redispatch,
     )
+    if moved is WriteStatus.SUPERSEDED:
+        return holder.stale("retry")
     if isinstance(moved, WriteStatus):
         return _NOT_STARTED.get(moved, ExecuteResult.SEALED)
     try:

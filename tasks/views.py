@@ -137,6 +137,7 @@ def limits_view(status: FlowStatus) -> dict[str, Any]:
         "running_by_tenant": status.running_by_tenant,
         "waiting_by_tenant": status.waiting_by_tenant,
         "starts_in_period": status.starts_in_period if rate else None,
+        "stale_holders": status.stale_holders,
     }
 
 

@@ -4,7 +4,8 @@
 once across every worker process, and in which order they started.
 
 Part of ``tests.celery_tools.registry`` (the in-process worker's); ``registry`` here is the
-same tools alone, for worker subprocesses (``TOOL_BOUNDARY_TOOLS=tests.flow_tools:registry``).
+same tools alone, and ``paced`` (the paused-holder test's), for worker subprocesses
+(``TOOL_BOUNDARY_TOOLS=tests.flow_tools:registry``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from typing import Any
 
 import redis
 
-from boundary import RateLimit, RetryPolicy, ToolRegistry, ToolSpec, current_call, heartbeat
+from boundary import (
+    CallCancelled,
+    RateLimit,
+    RetryPolicy,
+    ToolRegistry,
+    ToolSpec,
+    current_call,
+    heartbeat,
+)
 
 #: Executions of a tool running now (hash: "<pid>:<identity>:<attempt>" -> tenant) and the
 #: most that ever ran at once (the high-water mark, overall and per tenant).
@@ -54,11 +63,16 @@ def keys_of(tag: str) -> list[str]:
 HOLD = threading.Event()
 
 
+#: Where the tools count, when not the store's Redis (a store behind Sentinel: a plain URL).
+COUNT_URL_ENV = "TB_TEST_FLOW_COUNT_URL"
+
+
 @cache
 def _client() -> redis.Redis:
     from tasks.runtime import get_settings
 
-    return redis.Redis.from_url(get_settings().store_url, decode_responses=True)
+    url = os.environ.get(COUNT_URL_ENV) or get_settings().store_url
+    return redis.Redis.from_url(url, decode_responses=True)
 
 
 def metered(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +106,56 @@ def metered(arguments: dict[str, Any]) -> dict[str, Any]:
     finally:
         client.eval(_LEAVE, 3, *keys[:3], member, tenant)
     return {"hits": [{"id": identity, "pid": os.getpid()}]}
+
+
+def events_key(tag: str) -> str:
+    """The tag's event list: what each execution did, in the order Redis saw it."""
+    return f"tb:test-flow:{tag}:events"
+
+
+def go_key(tag: str, call_id: str | None = None) -> str:
+    """Set by a test: ``paced`` calls of the tag (or only the call ``call_id``'s executions)
+    stop holding and return."""
+    base = f"tb:test-flow:{tag}:go"
+    return base if call_id is None else f"{base}:{call_id}"
+
+
+def paced(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Holds its slot, heartbeating every 20 ms, until the test sets the tag's ``go_key`` (or
+    its call's), then returns which attempt ran it. Each execution logs, in the tag's
+    ``events_key`` list, ``enter``, every heartbeat that let it go on (``beat``), ``stopped``
+    when a heartbeat told it to stop, and ``leave``, each as ``what|identity|attempt|pid``, and
+    is counted in the tag's keys while it runs (as ``metered``)."""
+    call = current_call()
+    assert call is not None
+    tag = str(arguments.get("tag", "p"))
+    keys, events = keys_of(tag), events_key(tag)
+    client = _client()
+    identity = f"{call.run_id}:{call.tool_call_id}"
+    member = f"{os.getpid()}:{identity}:{call.attempt}"
+    label = f"{identity}|{call.attempt}|{os.getpid()}"
+    client.eval(_ENTER, 5, *keys[:5], member, "_", identity)
+    client.rpush(events, f"enter|{label}")
+    try:
+        while not client.exists(go_key(tag), go_key(tag, call.tool_call_id)):
+            try:
+                heartbeat(message="paced")
+            except CallCancelled:
+                client.rpush(events, f"stopped|{label}")
+                raise
+            client.rpush(events, f"beat|{label}")
+            time.sleep(0.02)
+    finally:
+        client.eval(_LEAVE, 3, *keys[:3], member, "_")
+        client.rpush(events, f"leave|{label}")
+    return {"identity": identity, "attempt": call.attempt, "pid": os.getpid()}
+
+
+class EchoProjector:
+    def project(self, raw: Any, request: dict[str, Any]) -> Any:
+        from boundary import EvidenceStatus, Projection
+
+        return Projection(evidence_status=EvidenceStatus.EVIDENCE_FOUND, result=raw)
 
 
 class CountProjector:
@@ -129,4 +193,20 @@ def build_specs() -> list[ToolSpec]:
     ]
 
 
-registry = ToolRegistry(build_specs())
+def paced_spec() -> ToolSpec:
+    """Two at once, holding until told (the paused-holder test); a lost attempt is retried.
+    Only in ``registry`` (worker subprocesses): its time limit is longer than the in-process
+    worker's tests allow."""
+    return ToolSpec(
+        name="paced",
+        executor=paced,
+        projector=EchoProjector(),
+        read_only=True,
+        timeout_s=120.0,
+        heartbeat_timeout_s=2.0,
+        concurrency=2,
+        retry=RetryPolicy(max_attempts=4, backoff_s=0),
+    )
+
+
+registry = ToolRegistry([*build_specs(), paced_spec()])

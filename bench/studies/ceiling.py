@@ -33,7 +33,6 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
-from importlib import resources
 from typing import Any
 
 import redis
@@ -47,6 +46,7 @@ from boundary import CanonicalKey, EvidenceStatus
 from boundary.limits import canonical_json
 from boundary.store import keys
 from boundary.store.codec import create_args, seal_args
+from boundary.store.scripts import record_script
 
 #: Seconds each driver count runs, after a warm-up of ``WARMUP_S``.
 SECONDS = 10.0
@@ -70,7 +70,7 @@ EVENT_BYTES = 700
 
 
 def _script(name: str) -> str:
-    return resources.files("boundary.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    return record_script(name)
 
 
 Step = Callable[[Any, CanonicalKey], None]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from importlib import resources
 from typing import Any
 
 import redis
@@ -20,11 +19,12 @@ import redis
 from bench.peers.tools import NOOP
 from boundary import CanonicalKey, EvidenceStatus, RedisCanonicalStore, canonical_json
 from boundary.store.base import CreateResult, CreateTerms
+from boundary.store.scripts import record_script
 
 
 def load_script(name: str) -> str:
     """The source of the store's ``lua/<name>.lua`` (the bytes its EVALSHA hashes)."""
-    return resources.files("boundary.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    return record_script(name)
 
 
 #: What each script answers on success, told apart by its SHA1 (as EVALSHA names it).

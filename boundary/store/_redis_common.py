@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 
 import redis
 import redis.cluster
 
 from boundary.errors import ErrorCode, StoreError, StoreUnavailable
+from boundary.store.scripts import load_script, record_script
+
+__all__ = ["RedisClient", "load_script", "record_script", "translated"]
 
 #: What the store modules accept as a client (it must decode responses).
 RedisClient = redis.Redis | redis.cluster.RedisCluster
-
-
-def load_script(name: str) -> str:
-    """The source of ``lua/<name>.lua``."""
-    return resources.files("boundary.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
 @contextmanager

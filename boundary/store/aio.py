@@ -22,7 +22,7 @@ from boundary.errors import ErrorCode
 from boundary.limits import Limits
 from boundary.models import CanonicalKey, CanonicalRecord, EvidenceStatus
 from boundary.store import keys
-from boundary.store._redis_common import load_script
+from boundary.store._redis_common import record_script
 from boundary.store._redis_common import translated as _translated
 from boundary.store.base import (
     CreateResult,
@@ -52,8 +52,8 @@ from boundary.store.resp import PubSubLink
 NOTIFY_CLIENT_NAME = "tool-boundary-seals"
 
 #: Script sources, read once with the package.
-_CREATE = load_script("create")
-_SEAL = load_script("seal")
+_CREATE = record_script("create")
+_SEAL = record_script("seal")
 
 #: Connections of the asyncio pool at most; more concurrent callers wait for one.
 DEFAULT_MAX_CONNECTIONS = 100

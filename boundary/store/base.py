@@ -82,6 +82,13 @@ class SealTerms(TypedDict, total=False):
     #: The version of the projector that made this projection (``ToolSpec.projector_version``),
     #: written into the record; ``None``: not written.
     projector_version: str | None
+    #: Seal only while this attempt is the call's current one (its fencing token): a seal of
+    #: an attempt another took over answers ``WriteStatus.SUPERSEDED`` and writes nothing.
+    attempt: int | None
+    #: The reaper's seal: the store's time it read its list of due calls at. Seal only while
+    #: the call is still past its reap time and its tool did not start since; else
+    #: ``WriteStatus.NOT_DUE`` (nothing written).
+    due_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,9 @@ class ReapDecision(StrEnum):
     SEAL = "SEAL"
     #: Already sealed, missing or expired: nothing to do.
     GONE = "GONE"
+    #: Not due any more (its reap time moved on, or its tool started since the reaper read
+    #: its list): left alone.
+    LEFT = "LEFT"
 
 
 class WriteStatus(StrEnum):
@@ -138,8 +148,14 @@ class WriteStatus(StrEnum):
     #: The record under these ids is not the one the caller read (``created_at`` of a seal):
     #: that call expired and another with the same ids was created since. Nothing written.
     REPLACED = "REPLACED"
-    #: Another attempt of the call runs it now (start, heartbeat, retry): this one must stop.
+    #: Another attempt of the call runs it now (start, heartbeat, raw, seal, retry): this one
+    #: is stale and must stop; nothing written.
     SUPERSEDED = "SUPERSEDED"
+    #: The reaper's step on a call that is not due any more (its reap time moved on, or its
+    #: tool started after the reaper read its list): left alone, nothing written.
+    NOT_DUE = "NOT_DUE"
+    #: A step meant for a call whose tool has not started found it started: left alone.
+    STARTED = "STARTED"
 
 
 class ClaimStatus(StrEnum):
@@ -272,16 +288,17 @@ class CanonicalStore(ABC):
         return [self.create(key, **terms) for key, terms in calls]
 
     @abstractmethod
-    def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
-        """Keep the complete raw response (canonical JSON) while PROJECTING."""
+    def store_raw(self, key: CanonicalKey, raw: str, *, attempt: int | None = None) -> WriteStatus:
+        """Keep the complete raw response (canonical JSON) while PROJECTING. ``attempt``: only
+        while that attempt is the call's current one (else ``SUPERSEDED``, nothing kept)."""
 
     def store_raw_into(
-        self, record: CanonicalRecord, raw: str
+        self, record: CanonicalRecord, raw: str, *, attempt: int | None = None
     ) -> tuple[WriteStatus, CanonicalRecord | None]:
         """``store_raw`` for a record just read; when stored, also the record as the store now
         holds it (``record`` with the raw response and its write time), or ``None`` when this
         store cannot tell the write time."""
-        return self.store_raw(record.key, raw), None
+        return self.store_raw(record.key, raw, attempt=attempt), None
 
     @abstractmethod
     def seal(self, key: CanonicalKey, **terms: Unpack[SealTerms]) -> WriteStatus:
@@ -289,10 +306,22 @@ class CanonicalStore(ABC):
         and the failure's ``diagnostic`` when there is one)."""
 
     def seal_error(
-        self, key: CanonicalKey, code: ErrorCode, *, diagnostic: Diagnostic | None = None
+        self,
+        key: CanonicalKey,
+        code: ErrorCode,
+        *,
+        diagnostic: Diagnostic | None = None,
+        attempt: int | None = None,
+        due_at: datetime | None = None,
     ) -> WriteStatus:
+        """Seals the call ERROR ``code``; ``attempt`` and ``due_at`` fence it (``SealTerms``)."""
         return self.seal(
-            key, evidence_status=EvidenceStatus.ERROR, error_code=code, diagnostic=diagnostic
+            key,
+            evidence_status=EvidenceStatus.ERROR,
+            error_code=code,
+            diagnostic=diagnostic,
+            attempt=attempt,
+            due_at=due_at,
         )
 
     @abstractmethod
@@ -364,12 +393,17 @@ class CanonicalStore(ABC):
         reap_after_s: float,
         reap_grace_s: float,
         redispatch: bool = False,
+        due_at: datetime | None = None,
+        unstarted: bool = False,
     ) -> int | WriteStatus:
         """Attempt ``attempt`` ended without a raw response: attempt ``attempt + 1`` takes the
         record over (returned), due for the reaper ``reap_after_s`` from now (never past the
         deadline + ``reap_grace_s``). ``redispatch``: the message never reached a tool (counted
         apart from the tool's attempts). A ``WriteStatus`` when it cannot (sealed, gone, raw
-        kept: ``ALREADY_STORED``, moved on by someone else: ``SUPERSEDED``)."""
+        kept: ``ALREADY_STORED``, moved on by someone else: ``SUPERSEDED``). ``due_at``: the
+        reaper's retry (the store's time it read its list at): ``NOT_DUE`` when the call is not
+        due any more or its tool started since. ``unstarted``: only while attempt ``attempt``'s
+        tool has not started (else ``STARTED``)."""
         return WriteStatus.NOT_PROJECTING
 
     def attempt_state(self, key: CanonicalKey) -> AttemptState | None:
@@ -383,10 +417,16 @@ class CanonicalStore(ABC):
         return False
 
     def requeue_due(
-        self, key: CanonicalKey, *, retry_after_s: float, max_reprojections: int
+        self,
+        key: CanonicalKey,
+        *,
+        retry_after_s: float,
+        max_reprojections: int,
+        due_at: datetime | None = None,
     ) -> ReapDecision:
         """Decides a due call's fate (see ``ReapDecision``); a store that cannot re-project
-        seals every due call."""
+        seals every due call. ``due_at``: the store's time the reaper read its list at; a
+        call not due any more, or whose tool started since, is ``LEFT`` alone."""
         return ReapDecision.SEAL
 
     def server_facts(self) -> ServerFacts | None:

@@ -22,15 +22,24 @@ from boundary.store.base import (
     SealTerms,
     WriteStatus,
 )
+from boundary.store.codes import ScriptCode
 
+#: A conditional write's code (``ScriptCode``, the record scripts' one table) as its status.
 WRITE_CODES = {
-    1: WriteStatus.OK,
-    0: WriteStatus.MISSING,
-    -1: WriteStatus.NOT_PROJECTING,
-    -2: WriteStatus.ALREADY_STORED,
-    -3: WriteStatus.REPLACED,
-    -4: WriteStatus.SUPERSEDED,
+    ScriptCode.OK: WriteStatus.OK,
+    ScriptCode.MISSING: WriteStatus.MISSING,
+    ScriptCode.NOT_PROJECTING: WriteStatus.NOT_PROJECTING,
+    ScriptCode.ALREADY_STORED: WriteStatus.ALREADY_STORED,
+    ScriptCode.REPLACED: WriteStatus.REPLACED,
+    ScriptCode.SUPERSEDED: WriteStatus.SUPERSEDED,
+    ScriptCode.NOT_DUE: WriteStatus.NOT_DUE,
+    ScriptCode.STARTED: WriteStatus.STARTED,
 }
+
+
+def write_status(code: Any) -> WriteStatus:
+    """A script's code of a conditional write as its status."""
+    return WRITE_CODES[ScriptCode(int(code))]
 
 
 def ms(moment: datetime) -> int:
@@ -48,14 +57,14 @@ def raw_result(code: Any) -> tuple[WriteStatus, datetime | None]:
     written = int(code)
     if written >= 1:
         return WriteStatus.OK, _from_ms(str(written))
-    return WRITE_CODES[written], None
+    return write_status(written), None
 
 
 def timed_result(code: Any) -> WriteStatus:
     """The reply of a script that answers its write time (> 1) when it wrote, else a
     ``WRITE_CODES`` code (``heartbeat.lua``)."""
     written = int(code)
-    return WriteStatus.OK if written >= 1 else WRITE_CODES[written]
+    return WriteStatus.OK if written >= 1 else write_status(written)
 
 
 def from_ms(value: str | int | None) -> datetime | None:
@@ -261,7 +270,7 @@ def create_args(
 
 def create_result(created: Any, detail: Any) -> CreateResult:
     """``create.lua``'s reply as a result."""
-    if int(created) == 1:
+    if int(created) == ScriptCode.OK:
         return CreateResult(CreateStatus.CREATED, seq=int(detail))
     return CreateResult(CreateStatus(detail))
 
@@ -297,8 +306,14 @@ def seal_args(
         key.tool_call_id,
     ]
     created_at = terms.get("created_at")
-    argv.append("" if created_at is None else exact_ms(created_at))
-    argv.append(terms.get("projector_version") or "")
+    attempt = terms.get("attempt")
+    due_at = terms.get("due_at")
+    argv += [
+        "" if created_at is None else exact_ms(created_at),
+        "" if attempt is None else attempt,
+        "" if due_at is None else ms(due_at),
+        terms.get("projector_version") or "",
+    ]
     return run_keys, argv
 
 
@@ -307,12 +322,13 @@ def seal_result(reply: Any) -> WriteStatus:
     return seal_reply(reply)[0]
 
 
-def seal_reply(reply: Any) -> tuple[WriteStatus, str | None]:
-    """``seal.lua``'s reply: the write status, and the call's tool when it is sealed (now, or
-    already: ``NOT_PROJECTING``)."""
+def seal_reply(reply: Any) -> tuple[WriteStatus, str | None, int | None]:
+    """``seal.lua``'s reply: the write status, and the call's tool and current attempt when it
+    is sealed (now, or already: ``NOT_PROJECTING``)."""
     if isinstance(reply, list):
-        return WRITE_CODES[int(reply[0])], str(reply[1]) or None
-    if int(reply) == -2:
+        attempt = int(reply[2]) if len(reply) > 2 else None
+        return write_status(reply[0]), str(reply[1]) or None, attempt
+    if int(reply) == ScriptCode.INVALID:
         # The combination broke the lifecycle table: a bug in the caller, not bad input.
         raise ValueError("invalid seal: status, evidence status and error code disagree")
-    return WRITE_CODES[int(reply)], None
+    return write_status(reply), None, None

@@ -123,6 +123,9 @@ class FlowStatus:
     pending_starts: int
     running_by_tenant: dict[str, int] = field(default_factory=dict)
     waiting_by_tenant: dict[str, int] = field(default_factory=dict)
+    #: Attempts of the tool refused a step because another attempt had their call (paused
+    #: holders whose slots the fleet reclaimed), over the last week.
+    stale_holders: int = 0
 
 
 @dataclass(frozen=True, slots=True)

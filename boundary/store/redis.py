@@ -23,7 +23,7 @@ from boundary.errors import StoreUnavailable
 from boundary.limits import Limits
 from boundary.models import CanonicalKey, CanonicalRecord, InvocationStatus, RunContext
 from boundary.store import keys
-from boundary.store._redis_common import load_script
+from boundary.store._redis_common import record_script
 from boundary.store._redis_common import translated as _translated
 
 # Imported with the store, not on the first async call: importing redis.asyncio takes tens
@@ -57,6 +57,7 @@ from boundary.store.codec import (
     seal_reply,
     with_in_flight,
 )
+from boundary.store.codes import ScriptCode
 from boundary.store.flow_hooks import FlowHooks
 from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
@@ -85,12 +86,12 @@ SUMMARY_BATCH = 1000
 RedisClient = redis.Redis | redis.cluster.RedisCluster
 
 #: Script sources, read once with the package.
-_CREATE = load_script("create")
-_STORE_RAW = load_script("store_raw")
-_SEAL = load_script("seal")
-_REQUEUE = load_script("requeue")
-_UNINDEX_RUN = load_script("unindex_run")
-_INDEX_RUN = load_script("index_run")
+_CREATE = record_script("create")
+_STORE_RAW = record_script("store_raw")
+_SEAL = record_script("seal")
+_REQUEUE = record_script("requeue")
+_UNINDEX_RUN = record_script("unindex_run")
+_INDEX_RUN = record_script("index_run")
 
 
 def _due_keys(identities: list[str]) -> Iterator[CanonicalKey]:
@@ -314,34 +315,38 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         except (redis.RedisError, OSError):
             logger.warning("run %s not indexed for the reaper (store error)", run_id)
 
-    def store_raw(self, key: CanonicalKey, raw: str) -> WriteStatus:
-        return self._write_raw(key, raw)[0]
+    def store_raw(self, key: CanonicalKey, raw: str, *, attempt: int | None = None) -> WriteStatus:
+        return self._write_raw(key, raw, attempt)[0]
 
     def store_raw_into(
-        self, record: CanonicalRecord, raw: str
+        self, record: CanonicalRecord, raw: str, *, attempt: int | None = None
     ) -> tuple[WriteStatus, CanonicalRecord | None]:
-        written, at = self._write_raw(record.key, raw)
+        written, at = self._write_raw(record.key, raw, attempt)
         if at is None:
             return written, None
         # Only the raw response and updated_at change while PROJECTING without one (the
         # script stored it, so neither a seal nor another raw came first).
         return written, record.model_copy(update={"raw": raw, "updated_at": at})
 
-    def _write_raw(self, key: CanonicalKey, raw: str) -> tuple[WriteStatus, datetime | None]:
+    def _write_raw(
+        self, key: CanonicalKey, raw: str, attempt: int | None
+    ) -> tuple[WriteStatus, datetime | None]:
+        argv: list[str | int] = [raw, self._now_ms(), "" if attempt is None else attempt]
         with _translated():
-            code = self._store_raw(keys=[keys.record_key(key)], args=[raw, self._now_ms()])
+            code = self._store_raw(keys=[keys.record_key(key)], args=argv)
         return raw_result(code)
 
     def seal(self, key: CanonicalKey, **terms: Unpack[SealTerms]) -> WriteStatus:
         run_keys, argv = seal_args(key, terms, now_ms=self._now_ms(), index=not self._cluster)
         with _translated():
             reply = self._replicated(self._seal, run_keys, argv)
-        written, tool = seal_reply(reply)
+        written, tool, attempt = seal_reply(reply)
         flow = self.flow
         if flow is not None and tool is not None:
             # Also when it was sealed already: that seal may have been this caller's, its
-            # reply lost, and giving a slot up twice changes nothing.
-            flow.sealed(key, tool)
+            # reply lost, and giving a slot up twice changes nothing. Only the slot of the
+            # attempt the record names: one a newer attempt holds is never given up here.
+            flow.sealed(key, tool, attempt)
         return written
 
     def get(self, key: CanonicalKey, *, with_raw: bool = True) -> CanonicalRecord | None:
@@ -408,19 +413,28 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         }
 
     def requeue_due(
-        self, key: CanonicalKey, *, retry_after_s: float, max_reprojections: int
+        self,
+        key: CanonicalKey,
+        *,
+        retry_after_s: float,
+        max_reprojections: int,
+        due_at: datetime | None = None,
     ) -> ReapDecision:
         run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
         argv: list[str | int] = [
             key.identity,
             max(int(retry_after_s * 1000), 1),
             max_reprojections,
+            "" if due_at is None else ms(due_at),
         ]
         with _translated():
             code = int(self._requeue(keys=run_keys, args=argv))
         if code >= 1:
             return ReapDecision.REPROJECT
-        return ReapDecision.GONE if code in (0, -1) else ReapDecision.SEAL
+        if code == ScriptCode.NOT_DUE:
+            return ReapDecision.LEFT
+        gone = (ScriptCode.MISSING, ScriptCode.NOT_PROJECTING)
+        return ReapDecision.GONE if code in gone else ReapDecision.SEAL
 
     def server_facts(self) -> ServerFacts | None:
         """On a cluster, the worst of its primaries (``redis_facts``)."""

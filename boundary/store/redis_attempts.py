@@ -5,25 +5,27 @@ the run's pending set, whose score is the call's reap time)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from boundary.models import CanonicalKey
 from boundary.store import keys
-from boundary.store._redis_common import RedisClient, load_script, translated
+from boundary.store._redis_common import RedisClient, record_script, translated
 from boundary.store.base import AttemptState, Claim, ClaimStatus, WriteStatus
-from boundary.store.codec import WRITE_CODES, decode_record, from_ms, timed_result
+from boundary.store.codec import decode_record, from_ms, ms, timed_result, write_status
+from boundary.store.codes import ScriptCode
 
-_CLAIM = load_script("claim")
-_HEARTBEAT = load_script("heartbeat")
-_RETRY = load_script("retry")
-_DEFER = load_script("defer")
+_CLAIM = record_script("claim")
+_HEARTBEAT = record_script("heartbeat")
+_RETRY = record_script("retry")
+_DEFER = record_script("defer")
 
 _CLAIM_CODES = {
-    0: ClaimStatus.MISSING,
-    -1: ClaimStatus.SEALED,
-    -2: ClaimStatus.STORED,
-    -4: ClaimStatus.SUPERSEDED,
-    -5: ClaimStatus.PAST_DEADLINE,
+    ScriptCode.MISSING: ClaimStatus.MISSING,
+    ScriptCode.NOT_PROJECTING: ClaimStatus.SEALED,
+    ScriptCode.ALREADY_STORED: ClaimStatus.STORED,
+    ScriptCode.SUPERSEDED: ClaimStatus.SUPERSEDED,
+    ScriptCode.PAST_DEADLINE: ClaimStatus.PAST_DEADLINE,
 }
 
 
@@ -60,7 +62,7 @@ class RedisAttempts:
             reply: list[Any] = self._claim(keys=run_keys, args=argv)
         code = int(reply[0])
         if code <= 1:
-            return Claim(_CLAIM_CODES[code])
+            return Claim(_CLAIM_CODES[ScriptCode(code)])
         fields = dict(zip(reply[1::2], reply[2::2], strict=True))
         return Claim(ClaimStatus.STARTED, decode_record(fields), from_ms(code))
 
@@ -92,6 +94,8 @@ class RedisAttempts:
         reap_after_s: float,
         reap_grace_s: float,
         redispatch: bool = False,
+        due_at: datetime | None = None,
+        unstarted: bool = False,
     ) -> int | WriteStatus:
         run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
         argv: list[str | int] = [
@@ -100,16 +104,18 @@ class RedisAttempts:
             key.identity,
             "redispatches" if redispatch else "retries",
             int(reap_grace_s * 1000),
+            "" if due_at is None else ms(due_at),
+            "unstarted" if unstarted else "",
         ]
         with translated():
             code = int(self._retry(keys=run_keys, args=argv))
-        return code if code > 1 else WRITE_CODES[code]
+        return code if code > 1 else write_status(code)
 
     def defer_reap(self, key: CanonicalKey, *, reap_after_s: float, reap_grace_s: float) -> bool:
         run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
         argv: list[str | int] = [key.identity, _ms(reap_after_s), int(reap_grace_s * 1000)]
         with translated():
-            return int(self._defer(keys=run_keys, args=argv)) == 1
+            return int(self._defer(keys=run_keys, args=argv)) == ScriptCode.OK
 
     def attempt_state(self, key: CanonicalKey) -> AttemptState | None:
         record = keys.record_key(key)

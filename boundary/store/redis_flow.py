@@ -166,9 +166,14 @@ class RedisFlow:
         """The call's record exists now: it joins the line (and may be granted at once)."""
         return _reply(self._run("confirm", tool, limits, key.identity))
 
-    def release(self, tool: str, limits: ToolLimits, key: CanonicalKey) -> FlowReply:
-        """The call ended: its slot or its place in line goes, free slots go to the line."""
-        return _reply(self._run("release", tool, limits, key.identity))
+    def release(
+        self, tool: str, limits: ToolLimits, key: CanonicalKey, *, attempt: int | None = None
+    ) -> FlowReply:
+        """The call ended: its slot or its place in line goes, free slots go to the line.
+        ``attempt``: only the slot that attempt holds (code -2 when another attempt holds it:
+        left alone)."""
+        fence = "" if attempt is None else attempt
+        return _reply(self._run("release", tool, limits, key.identity, fence))
 
     def requeue(
         self,
@@ -222,7 +227,7 @@ class RedisFlow:
     def status(self, tool: str, limits: ToolLimits) -> FlowStatus:
         held, counts, running_by, waiting_by, override = self._run("status", tool, limits)
         concurrency, tenant_concurrency, rate, period, max_waiting = (int(v) for v in held)
-        running, waiting, starts, pending = (int(v) for v in counts)
+        running, waiting, starts, pending, stale = (int(v) for v in counts)
         return FlowStatus(
             tool=tool,
             limits=ToolLimits(
@@ -237,9 +242,20 @@ class RedisFlow:
             waiting=waiting,
             starts_in_period=starts,
             pending_starts=pending,
+            stale_holders=stale,
             running_by_tenant=_pairs(running_by),
             waiting_by_tenant=_pairs(waiting_by),
         )
+
+    def note_stale(self, tool: str) -> None:
+        """One more stale holder of the tool (an attempt refused a step because another had
+        its call), kept in its meta hash as long as its other keys."""
+        meta = keys.flow_keys(tool)[10]
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(meta, "stale_holders", 1)
+            pipe.pexpire(meta, UNSENT_LIFE_S * 1000)
+            pipe.execute()
 
     def sweep(self, tool: str, limits: ToolLimits, *, most: int = 1000) -> FlowSweep:
         due, stale, late, unsent, now, wake, grants, expired = self._run(

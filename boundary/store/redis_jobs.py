@@ -14,9 +14,9 @@ from boundary.store import keys
 from boundary.store._redis_common import RedisClient, load_script, translated
 from boundary.store.base import CanonicalStore
 
-_START = load_script("job_start")
-_CHECKPOINT = load_script("job_checkpoint")
-_CANCEL = load_script("job_cancel")
+_START = load_script("jobs/start")
+_CHECKPOINT = load_script("jobs/checkpoint")
+_CANCEL = load_script("jobs/cancel")
 
 #: A job's hash and lines live this long after its last checkpoint (a week).
 DEFAULT_JOB_TTL_S = 7 * 24 * 3600

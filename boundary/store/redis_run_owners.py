@@ -12,10 +12,11 @@ from enum import IntEnum
 
 from boundary.models import SAFE_ID
 from boundary.store import keys
-from boundary.store._redis_common import RedisClient, load_script, translated
+from boundary.store._redis_common import RedisClient, record_script, translated
 from boundary.store.base import CanonicalStore
+from boundary.store.codes import ScriptCode
 
-_OWN_RUN = load_script("own_run")
+_OWN_RUN = record_script("own_run")
 
 
 class RunOwnership(IntEnum):
@@ -30,6 +31,14 @@ class RunOwnership(IntEnum):
     def allowed(self) -> bool:
         """True when the requester may use the run."""
         return self in (RunOwnership.OWNED_NOW, RunOwnership.ALREADY_OWNED)
+
+
+_OWN_CODES = {
+    ScriptCode.OK: RunOwnership.OWNED_NOW,
+    ScriptCode.UNCHANGED: RunOwnership.ALREADY_OWNED,
+    ScriptCode.CLOSED: RunOwnership.NOT_OPEN,
+    ScriptCode.CONFLICT: RunOwnership.OTHER_OWNER,
+}
 
 
 class RedisRunOwners:
@@ -54,4 +63,4 @@ class RedisRunOwners:
             return RunOwnership.NOT_OPEN
         with translated():
             code = int(self._own(keys=[keys.run_key(run_id)], args=[owner]))
-        return RunOwnership(code)
+        return _OWN_CODES[ScriptCode(code)]

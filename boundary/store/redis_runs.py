@@ -12,17 +12,18 @@ from boundary.errors import ErrorCode, StoreError
 from boundary.limits import canonical_json
 from boundary.models import SAFE_ID, RunContext
 from boundary.store import keys
-from boundary.store._redis_common import RedisClient, load_script, translated
+from boundary.store._redis_common import RedisClient, record_script, translated
 from boundary.store.base import OpenRunStatus
+from boundary.store.codes import ScriptCode
 
-_OPEN_RUN = load_script("open_run")
-_CLOSE_RUN = load_script("close_run")
+_OPEN_RUN = record_script("open_run")
+_CLOSE_RUN = record_script("close_run")
 
 _OPEN_CODES = {
-    1: OpenRunStatus.OPENED,
-    0: OpenRunStatus.ALREADY_OPEN,
-    -1: OpenRunStatus.CLOSED,
-    -2: OpenRunStatus.CONFLICT,
+    ScriptCode.OK: OpenRunStatus.OPENED,
+    ScriptCode.UNCHANGED: OpenRunStatus.ALREADY_OPEN,
+    ScriptCode.CLOSED: OpenRunStatus.CLOSED,
+    ScriptCode.CONFLICT: OpenRunStatus.CONFLICT,
 }
 
 
@@ -54,7 +55,7 @@ class RedisRuns:
         argv: list[str | int] = [policy_json(run), self._now_ms(), self._ttl_ms]
         with translated():
             code = int(self._open(keys=[keys.run_key(run.run_id)], args=argv))
-        return _OPEN_CODES[code]
+        return _OPEN_CODES[ScriptCode(code)]
 
     def get_run(self, run_id: str) -> RunContext | None:
         if SAFE_ID.fullmatch(run_id) is None:
@@ -77,4 +78,4 @@ class RedisRuns:
             return False
         with translated():
             code = int(self._close(keys=[keys.run_key(run_id)], args=[self._now_ms()]))
-        return code == 1
+        return code == ScriptCode.OK

@@ -9,11 +9,12 @@ from typing import Any
 
 from boundary.models import CanonicalKey, CanonicalRecord
 from boundary.store import keys
-from boundary.store._redis_common import RedisClient, load_script, translated
+from boundary.store._redis_common import RedisClient, record_script, translated
 from boundary.store.base import CanonicalStore, WriteStatus
 from boundary.store.codec import WRITE_CODES, exact_ms
+from boundary.store.codes import ScriptCode
 
-_SIDE_WRITE = load_script("side_write")
+_SIDE_WRITE = record_script("side_write")
 
 #: The fields of a side projection: what replaces the sealed projection's when facts are read
 #: by projector version.
@@ -66,7 +67,7 @@ class RedisSideProjections:
                 side = keys.side_key(record.key, fields["projector_version"])
                 self._write(keys=[keys.record_key(record.key), side], args=argv, client=pipe)
             replies = pipe.execute()
-        return [WRITE_CODES[int(reply)] for reply in replies]
+        return [WRITE_CODES[ScriptCode(int(reply))] for reply in replies]
 
     def read(self, call_keys: Sequence[CanonicalKey], version: str) -> list[dict[str, str]]:
         """Each call's side projection by ``version`` (``{}``: none), in order."""

@@ -23,7 +23,9 @@ def _create_many_source() -> str:
         flags, _, one = one.partition("\n")
         flags += "\n"
     many = load_script("create_many")
-    return f"{flags}local function create_one(KEYS, ARGV)\n{one}\nend\n{many}"
+    # The record scripts' shared prelude (return codes, clock, status guard) once, first.
+    prelude = load_script("_prelude")
+    return f"{flags}{prelude}\nlocal function create_one(KEYS, ARGV)\n{one}\nend\n{many}"
 
 
 #: The script's source, composed once with the package.

@@ -36,6 +36,7 @@ from boundary.telemetry.metrics import (
     record,
     set_gauge_source,
     slot_waited,
+    stale_holder,
 )
 from boundary.telemetry.names import (
     CALLS_RUNNING,
@@ -100,6 +101,7 @@ __all__ = [
     "sealed",
     "set_gauge_source",
     "slot_waited",
+    "stale_holder",
     "step_record",
     "stored",
     "tool_starts",

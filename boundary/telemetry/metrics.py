@@ -22,6 +22,7 @@ from boundary.telemetry.names import (
     SCOPE,
     SECONDS_BUCKETS,
     SLOT_WAIT,
+    STALE_HOLDERS,
     Metric,
 )
 
@@ -130,6 +131,11 @@ def reaped(*, sealed: int, reprojected: int) -> None:
         record(REAPER_SEALS, sealed)
     if reprojected:
         record(REAPER_REPROJECTIONS, reprojected)
+
+
+def stale_holder(tool: str) -> None:
+    """An attempt of ``tool`` was refused a step because another attempt has its call now."""
+    record(STALE_HOLDERS, 1, tool=tool)
 
 
 def slot_waited(tool: str, seconds: float) -> None:

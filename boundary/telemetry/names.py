@@ -148,6 +148,15 @@ SLOT_WAIT = Metric(
     "Time a limited tool's call waited in line for a slot",
     (TOOL,),
 )
+STALE_HOLDERS = Metric(
+    "tool_boundary.stale_holders",
+    "tool_boundary_stale_holders_total",
+    "counter",
+    "{attempt}",
+    "Attempts that went on after another attempt took their call over (a paused worker, a"
+    " reclaimed slot): each refused at its next heartbeat or store step, counted once",
+    (TOOL,),
+)
 
 #: Every metric, by OpenTelemetry name.
 METRICS: dict[str, Metric] = {
@@ -165,6 +174,7 @@ METRICS: dict[str, Metric] = {
         CALLS_RUNNING,
         CALLS_WAITING,
         SLOT_WAIT,
+        STALE_HOLDERS,
     )
 }
 

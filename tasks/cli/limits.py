@@ -81,6 +81,8 @@ def _print(views: list[dict[str, Any]]) -> None:
             limits.append(f"max waiting {view['max_waiting']}")
         if view["override"]:
             limits.append("(override)")
+        if view["stale_holders"]:
+            limits.append(f"{view['stale_holders']} stale holders refused")
         table.add_row(
             Text(printable(view["tool"])),
             Text("; ".join(limits)),

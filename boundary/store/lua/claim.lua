@@ -11,30 +11,26 @@
 --           tools that heartbeat (a tool not named here keeps its reap time)
 --
 -- Returns {now, field, value, ...}: started, now (epoch ms) and the record as HGETALL gives
--- it; {0} missing or expired; {-1} not PROJECTING; {-2} raw response already stored;
--- {-4} the record's attempt is not n (another attempt took the call over: this message is
--- stale); {-5} the call's deadline passed (not started). A record started before under the
+-- it; else {code} (CODE, _prelude.lua): {MISSING}; {NOT_PROJECTING}; {ALREADY_STORED};
+-- {SUPERSEDED} the record's attempt is not n (another attempt took the call over: this
+-- message is stale); {PAST_DEADLINE} (not started). A record started before under the
 -- same attempt (the message came back after its worker died) is started again, counted in
 -- "restarts".
 
-local status = redis.call("HGET", KEYS[1], "status")
-if not status then
-  return {0}
-end
-if status ~= "PROJECTING" then
-  return {-1}
+local refused = not_projecting(KEYS[1])
+if refused then
+  return {refused}
 end
 if redis.call("HEXISTS", KEYS[1], "raw") == 1 then
-  return {-2}
+  return {CODE.ALREADY_STORED}
 end
-if tonumber(redis.call("HGET", KEYS[1], "attempt") or "1") ~= tonumber(ARGV[1]) then
-  return {-4}
+if attempt_of(KEYS[1]) ~= tonumber(ARGV[1]) then
+  return {CODE.SUPERSEDED}
 end
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 local deadline = redis.call("HGET", KEYS[1], "deadline")
 if deadline and deadline ~= "" and tonumber(deadline) <= now then
-  return {-5}
+  return {CODE.PAST_DEADLINE}
 end
 if redis.call("HEXISTS", KEYS[1], "started_at") == 1 then
   redis.call("HINCRBY", KEYS[1], "restarts", 1)

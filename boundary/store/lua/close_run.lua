@@ -4,14 +4,14 @@
 -- KEYS[1] = run key         tb:{run}:run
 -- ARGV[1] = now, epoch ms
 --
--- Returns 1 closed; 0 missing or expired; -1 already closed.
+-- Returns OK closed; MISSING (or expired); UNCHANGED already closed (CODE, _prelude.lua).
 
 local state = redis.call("HGET", KEYS[1], "state")
 if not state then
-  return 0
+  return CODE.MISSING
 end
 if state ~= "open" then
-  return -1
+  return CODE.UNCHANGED
 end
 redis.call("HSET", KEYS[1], "state", "closed", "closed_at", ARGV[1])
-return 1
+return CODE.OK

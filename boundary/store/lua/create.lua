@@ -31,9 +31,9 @@
 -- trims up to ten members scored before now: each run is added once and removes up to ten,
 -- so the index stays about as large as the live runs.
 --
--- Returns {1, seq} created; {0, "DUPLICATE"} the same call is already recorded under this id;
--- {0, "CONFLICT"} another call (other tool or other arguments) is; {0, "RUN_BUDGET"};
--- {0, "TOOL_BUDGET"}.
+-- Returns (CODE, _prelude.lua) {OK, seq} created; {REFUSED, "DUPLICATE"} the same call is
+-- already recorded under this id; {REFUSED, "CONFLICT"} another call (other tool or other
+-- arguments) is; {REFUSED, "RUN_BUDGET"}; {REFUSED, "TOOL_BUDGET"}.
 
 -- Duplicates first, before any budget: a call made again is never charged twice.
 if redis.call("EXISTS", KEYS[1]) == 1 then
@@ -41,9 +41,9 @@ if redis.call("EXISTS", KEYS[1]) == 1 then
   -- A record without a fingerprint was written by an earlier version: counted as the same
   -- call, so an upgrade turns no repeated call into a conflict.
   if first and first ~= "" and first ~= ARGV[12] then
-    return {0, "CONFLICT"}
+    return {CODE.REFUSED, "CONFLICT"}
   end
-  return {0, "DUPLICATE"}
+  return {CODE.REFUSED, "DUPLICATE"}
 end
 
 local ttl = tonumber(ARGV[7])
@@ -53,15 +53,14 @@ local tool_field = "tool:" .. ARGV[3]
 
 local calls = tonumber(redis.call("HGET", KEYS[2], "calls") or "0")
 if run_budget >= 0 and calls >= run_budget then
-  return {0, "RUN_BUDGET"}
+  return {CODE.REFUSED, "RUN_BUDGET"}
 end
 local tool_calls = tonumber(redis.call("HGET", KEYS[2], tool_field) or "0")
 if tool_budget >= 0 and tool_calls >= tool_budget then
-  return {0, "TOOL_BUDGET"}
+  return {CODE.REFUSED, "TOOL_BUDGET"}
 end
 
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 local reap_at = now + tonumber(ARGV[5])
 if ARGV[6] ~= "" and tonumber(ARGV[6]) < reap_at then
   reap_at = tonumber(ARGV[6])
@@ -122,4 +121,4 @@ if KEYS[5] then
   end
 end
 
-return {1, seq}
+return {CODE.OK, seq}

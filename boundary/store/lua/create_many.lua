@@ -7,13 +7,15 @@
 -- ``local function create_one(KEYS, ARGV) ... end``: the rules live in create.lua alone.
 -- Every key is of one run (its {run_id} hash tag), so the script is Redis Cluster safe.
 --
--- KEYS[1..S]     = the run's keys of create.lua after the record key, in its order: budget,
---                  pending, and on a single Redis the pending-runs and runs indexes
+-- KEYS[1] = the run's budget key, then KEYS[2..S] = the rest of the run's keys of create.lua
+--           after the record key, in its order: pending, and on a single Redis the
+--           pending-runs and runs indexes
 -- KEYS[S+1..S+N] = the record key of each call, in the turn's order
 -- ARGV[1] = N (calls), ARGV[2] = S (shared keys), ARGV[3] = P (create.lua's ARGV per call)
 -- ARGV[4 + (i-1)*P .. 3 + i*P] = create.lua's ARGV of call i
 --
--- Returns create.lua's reply of each call, in order: {1, seq} or {0, "<REASON>"}.
+-- Returns create.lua's reply of each call, in order: {CODE.OK, seq} or
+-- {CODE.REFUSED, "<REASON>"}.
 
 local n = tonumber(ARGV[1])
 local shared = tonumber(ARGV[2])

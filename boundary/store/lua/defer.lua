@@ -8,24 +8,20 @@
 -- ARGV[2] = the new reap time, ms from now
 -- ARGV[3] = reap grace, ms: never later than the call's deadline + grace
 --
--- Returns 1 moved; 0 missing or expired; -1 not PROJECTING; -2 its tool started.
+-- Returns OK moved; else (CODE, _prelude.lua) MISSING; NOT_PROJECTING; STARTED its tool started.
 
-local status = redis.call("HGET", KEYS[1], "status")
-if not status then
-  return 0
-end
-if status ~= "PROJECTING" then
-  return -1
+local refused = not_projecting(KEYS[1])
+if refused then
+  return refused
 end
 if redis.call("HEXISTS", KEYS[1], "started_at") == 1 then
-  return -2
+  return CODE.STARTED
 end
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 local reap_at = now + tonumber(ARGV[2])
 local deadline = redis.call("HGET", KEYS[1], "deadline")
 if deadline and deadline ~= "" and tonumber(deadline) + tonumber(ARGV[3]) < reap_at then
   reap_at = tonumber(deadline) + tonumber(ARGV[3])
 end
 redis.call("ZADD", KEYS[2], "XX", reap_at, ARGV[1])
-return 1
+return CODE.OK

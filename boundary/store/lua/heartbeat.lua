@@ -10,21 +10,19 @@
 -- ARGV[4] = heartbeat timeout, ms, or "" (reap time unchanged)
 -- ARGV[5] = identity (run_id:tool_call_id)
 --
--- Returns the write time (epoch ms, > 1); 0 missing or expired; -1 not PROJECTING (sealed:
--- the tool must stop); -4 another attempt runs the call now (this one must stop).
+-- Returns the write time (epoch ms, > 1); else (CODE, _prelude.lua) MISSING; NOT_PROJECTING
+-- (sealed: the tool must stop); SUPERSEDED another attempt runs the call now (this one must
+-- stop; counted in the record's stale_refusals).
 
-local status = redis.call("HGET", KEYS[1], "status")
-if not status then
-  return 0
+local refused = not_projecting(KEYS[1])
+if refused then
+  return refused
 end
-if status ~= "PROJECTING" then
-  return -1
+local stale = fenced(KEYS[1], ARGV[1])
+if stale then
+  return stale
 end
-if tonumber(redis.call("HGET", KEYS[1], "attempt") or "1") ~= tonumber(ARGV[1]) then
-  return -4
-end
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 redis.call("HSET", KEYS[1], "heartbeat_at", now)
 if ARGV[2] ~= "" then
   redis.call("HSET", KEYS[1], "progress", ARGV[2])

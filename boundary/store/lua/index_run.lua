@@ -9,10 +9,9 @@
 -- ARGV[2] = ttl, ms (> 0)
 -- ARGV[3] = "1" when this is the run's first call (seq 1), else "0"
 --
--- Returns 1.
+-- Returns OK (CODE, _prelude.lua).
 
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 local ttl = tonumber(ARGV[2])
 redis.call("ZADD", KEYS[1], "GT", now + ttl, ARGV[1])
 if redis.call("PTTL", KEYS[1]) < ttl then
@@ -24,4 +23,4 @@ if ARGV[3] == "1" then
     redis.call("ZREM", KEYS[1], unpack(expired))
   end
 end
-return 1
+return CODE.OK

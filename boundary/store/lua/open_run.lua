@@ -6,19 +6,20 @@
 -- ARGV[2] = now, epoch ms
 -- ARGV[3] = TTL, ms
 --
--- Returns 1 opened; 0 already open with this same policy; -1 the run is closed;
--- -2 the run is open with another policy (never replaced: a policy cannot be widened).
+-- Returns (CODE, _prelude.lua) OK opened; UNCHANGED already open with this same policy;
+-- CLOSED the run is closed; CONFLICT the run is open with another policy (never replaced: a
+-- policy cannot be widened).
 
 local state = redis.call("HGET", KEYS[1], "state")
 if state then
   if state ~= "open" then
-    return -1
+    return CODE.CLOSED
   end
   if redis.call("HGET", KEYS[1], "policy") == ARGV[1] then
-    return 0
+    return CODE.UNCHANGED
   end
-  return -2
+  return CODE.CONFLICT
 end
 redis.call("HSET", KEYS[1], "policy", ARGV[1], "state", "open", "opened_at", ARGV[2])
 redis.call("PEXPIRE", KEYS[1], ARGV[3])
-return 1
+return CODE.OK

@@ -4,19 +4,20 @@
 -- KEYS[1] = run key         tb:{run}:run
 -- ARGV[1] = owner (an opaque requester id)
 --
--- Returns 1 owned now by ARGV[1]; 0 already owned by ARGV[1]; -1 the run is not open
--- (unknown, closed or expired); -2 the run is owned by another requester.
+-- Returns (CODE, _prelude.lua) OK owned now by ARGV[1]; UNCHANGED already owned by ARGV[1];
+-- CLOSED the run is not open (unknown, closed or expired); CONFLICT the run is owned by
+-- another requester.
 
 local state = redis.call("HGET", KEYS[1], "state")
 if state ~= "open" then
-  return -1
+  return CODE.CLOSED
 end
 local owner = redis.call("HGET", KEYS[1], "owner")
 if not owner then
   redis.call("HSET", KEYS[1], "owner", ARGV[1])
-  return 1
+  return CODE.OK
 end
 if owner == ARGV[1] then
-  return 0
+  return CODE.UNCHANGED
 end
-return -2
+return CODE.CONFLICT

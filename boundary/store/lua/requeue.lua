@@ -8,30 +8,32 @@
 -- ARGV[1] = identity (run_id:tool_call_id)
 -- ARGV[2] = retry after, ms
 -- ARGV[3] = most re-projections of one call
+-- ARGV[4] = the reaper's judgement time (epoch ms, when it read its list), or absent/"":
+--           the call is decided only while still due and its tool did not start since
 --
--- Returns n >= 1: project again (the n-th re-projection); 0 missing or expired (the pending
--- entry is dropped); -1 not PROJECTING (dropped); -3 no raw response; -4 re-projections used up.
+-- Returns n >= 1: project again (the n-th re-projection); else (CODE, _prelude.lua) MISSING
+-- (the pending entry is dropped); NOT_PROJECTING (dropped); NOT_DUE (ARGV[4]: left alone);
+-- NO_RAW; EXHAUSTED.
 -- Times are Redis TIME.
 
-local status = redis.call("HGET", KEYS[1], "status")
-if not status then
+local refused = not_projecting(KEYS[1])
+if refused then
   redis.call("ZREM", KEYS[2], ARGV[1])
-  return 0
+  return refused
 end
-if status ~= "PROJECTING" then
-  redis.call("ZREM", KEYS[2], ARGV[1])
-  return -1
+local late = still_due(KEYS[1], KEYS[2], ARGV[1], ARGV[4], now_ms())
+if late then
+  return late
 end
 if redis.call("HEXISTS", KEYS[1], "raw") == 0 then
-  return -3
+  return CODE.NO_RAW
 end
 local done = tonumber(redis.call("HGET", KEYS[1], "reprojections") or "0")
 if done >= tonumber(ARGV[3]) then
-  return -4
+  return CODE.EXHAUSTED
 end
 -- A field write on an existing hash: the record keeps its TTL.
 redis.call("HSET", KEYS[1], "reprojections", done + 1)
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 redis.call("ZADD", KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
 return done + 1

@@ -20,12 +20,18 @@
 -- ARGV[10] = tool_call_id, the message published on ARGV[9]
 -- ARGV[11] = created_at (epoch ms) of the record the caller read, or absent/"" for any: a
 --            record under the same ids created at another time is another call's
--- ARGV[12] = projector version (ToolSpec.projector_version), or absent/"" for none
+-- ARGV[12] = the attempt sealing it (its fencing token), or absent/"" for no fence: a seal
+--            of an attempt that is no longer the call's current one is refused
+-- ARGV[13] = the reaper's judgement time (epoch ms), or absent/"" for none: seal only while
+--            the call is still due and its tool did not start since (a reaper's seal)
+-- ARGV[14] = projector version (ToolSpec.projector_version), or absent/"" for none
 --
--- Returns {1, tool_name} sealed (the tool, so a limited tool's slot can be given up); 0 missing
--- or expired; {-1, tool_name} not PROJECTING (sealed already: maybe by this caller, whose
--- reply was lost, so it gives the slot up again); -2 status/evidence/code invalid; -3 not the
--- record the caller read (ARGV[11]).
+-- Returns (CODE, _prelude.lua) {OK, tool_name, attempt} sealed (the tool and the call's current
+-- attempt, so a limited tool's slot held by that attempt can be given up); MISSING (or
+-- expired); {NOT_PROJECTING, tool_name, attempt} (sealed already: maybe by this caller, whose
+-- reply was lost, so it gives the slot up again); INVALID status/evidence/code disagree;
+-- REPLACED not the record the caller read (ARGV[11]); SUPERSEDED another attempt has the call
+-- (ARGV[12]: nothing written, counted in stale_refusals); NOT_DUE (ARGV[13]).
 
 -- The seal that empties the run's pending set drops the run from the reaper's index, so the
 -- index holds only runs with calls PROJECTING. A create writes its pending entry before it
@@ -42,31 +48,39 @@ local evidence = ARGV[2]
 local code = ARGV[5]
 if status == "READY" then
   if (evidence ~= "EVIDENCE_FOUND" and evidence ~= "NO_EVIDENCE") or code ~= "" then
-    return -2
+    return CODE.INVALID
   end
 elseif status == "ERROR" then
   if evidence ~= "ERROR" or code == "" or ARGV[3] ~= "" then
-    return -2
+    return CODE.INVALID
   end
 else
-  return -2
+  return CODE.INVALID
 end
 
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 
 local current = redis.call("HGET", KEYS[1], "status")
 if not current then
   -- Gone (expired): nothing is written, but a pending entry for it is dropped.
   redis.call("ZREM", KEYS[3], ARGV[7])
   unindex_if_done()
-  return 0
+  return CODE.MISSING
 end
 if ARGV[11] and ARGV[11] ~= "" and redis.call("HGET", KEYS[1], "created_at") ~= ARGV[11] then
-  return -3
+  return CODE.REPLACED
 end
 if current ~= "PROJECTING" then
-  return {-1, redis.call("HGET", KEYS[1], "tool_name") or ""}
+  local tool = redis.call("HGET", KEYS[1], "tool_name") or ""
+  return {CODE.NOT_PROJECTING, tool, attempt_of(KEYS[1])}
+end
+local stale = fenced(KEYS[1], ARGV[12])
+if stale then
+  return stale
+end
+local late = still_due(KEYS[1], KEYS[3], ARGV[7], ARGV[13], now)
+if late then
+  return late
 end
 
 redis.call("HSET", KEYS[1], "status", status, "evidence_status", evidence, "updated_at", now)
@@ -82,8 +96,8 @@ end
 if ARGV[8] and ARGV[8] ~= "" then
   redis.call("HSET", KEYS[1], "diagnostic", ARGV[8])
 end
-if ARGV[12] and ARGV[12] ~= "" then
-  redis.call("HSET", KEYS[1], "projector_version", ARGV[12])
+if ARGV[14] and ARGV[14] ~= "" then
+  redis.call("HSET", KEYS[1], "projector_version", ARGV[14])
 end
 
 -- The progress member carries the record's expiry so a reader can tell expired from missing.
@@ -104,4 +118,4 @@ end
 if ARGV[9] and ARGV[9] ~= "" then
   redis.call("PUBLISH", ARGV[9], ARGV[10])
 end
-return {1, redis.call("HGET", KEYS[1], "tool_name") or ""}
+return {CODE.OK, redis.call("HGET", KEYS[1], "tool_name") or "", attempt_of(KEYS[1])}

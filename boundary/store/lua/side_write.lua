@@ -9,17 +9,17 @@
 -- The side projection expires with its record: its TTL is the record's remaining TTL, read
 -- in this script (never extended past it).
 --
--- Returns 1 written; 0 the record is gone (or has no expiry: not ours); -3 the record under
--- these ids is another call (created at another time).
+-- Returns (CODE, _prelude.lua) OK written; MISSING the record is gone (or has no expiry: not
+-- ours); REPLACED the record under these ids is another call (created at another time).
 
 local pttl = redis.call("PTTL", KEYS[1])
 if pttl <= 0 then
-  return 0
+  return CODE.MISSING
 end
 if redis.call("HGET", KEYS[1], "created_at") ~= ARGV[1] then
-  return -3
+  return CODE.REPLACED
 end
 redis.call("DEL", KEYS[2])
 redis.call("HSET", KEYS[2], unpack(ARGV, 2))
 redis.call("PEXPIRE", KEYS[2], pttl)
-return 1
+return CODE.OK

@@ -4,21 +4,23 @@
 -- KEYS[1] = record key
 -- ARGV[1] = raw (canonical JSON)
 -- ARGV[2] = unused (the caller's clock once; the time is Redis TIME)
+-- ARGV[3] = the attempt keeping it (its fencing token), or absent/"" for no fence
 --
 -- Returns the write time (epoch ms, the record's new updated_at; always > 1) when stored;
--- 0 missing or expired; -1 not PROJECTING; -2 raw already stored.
+-- else (CODE, _prelude.lua) MISSING; NOT_PROJECTING; SUPERSEDED another attempt has the call
+-- (this one is stale: nothing kept); ALREADY_STORED.
 
-local status = redis.call("HGET", KEYS[1], "status")
-if not status then
-  return 0
+local refused = not_projecting(KEYS[1])
+if refused then
+  return refused
 end
-if status ~= "PROJECTING" then
-  return -1
+local stale = fenced(KEYS[1], ARGV[3])
+if stale then
+  return stale
 end
 if redis.call("HEXISTS", KEYS[1], "raw") == 1 then
-  return -2
+  return CODE.ALREADY_STORED
 end
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 redis.call("HSET", KEYS[1], "raw", ARGV[1], "updated_at", now)
 return now

@@ -4,16 +4,30 @@
 -- (KEYS and ARGV[1..6]: _prelude.lua.)
 --
 -- ARGV[7] = identity
+-- ARGV[8] = the attempt giving the slot up (its fencing token), or absent/"" for whichever
+--           holds it (the reaper, once it saw the call sealed or gone)
 --
 -- Returns {code, now, wake_at, grants, expired}: code 1 a slot was freed, 2 it left the line,
--- 0 it held neither.
+-- 0 it held neither, -2 refused: another attempt holds the slot or the place in line (left
+-- alone: the caller is stale; negative codes are refusals, as admit's -1).
 
-local identity = ARGV[7]
-local code = 0
-if free_slot(identity) then
-  code = 1
+local identity, fence = ARGV[7], ARGV[8]
+
+-- A lease (attempt in field 1) or a ticket (field 4) of another attempt than the fence's.
+local function others(text, field)
+  return text and fence and fence ~= "" and split(text)[field] ~= fence
 end
-if leave_line(identity) then
-  code = 2
+
+local code = 0
+if others(redis.call("HGET", KEYS[2], identity), 1)
+    or others(redis.call("HGET", KEYS[5], identity), 4) then
+  code = -2
+else
+  if free_slot(identity) then
+    code = 1
+  end
+  if leave_line(identity) then
+    code = 2
+  end
 end
 return pumped(code)

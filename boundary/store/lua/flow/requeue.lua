@@ -11,13 +11,17 @@
 --            "again": the slot is given up and the attempt takes one like any other call
 --
 -- Returns {code, now, wake_at, grants, expired}: code 1 the attempt holds a slot (its caller
--- sends it; it is not among the grants), 2 it waits in line.
+-- sends it; it is not among the grants), 2 it waits in line, -2 refused: a newer attempt than
+-- this one holds the call's slot (fenced: nothing changed, this requeue is stale).
 
 local identity, attempt = ARGV[7], ARGV[8]
 local tenant, priority = ARGV[9], ARGV[10]
 local lease = redis.call("HGET", KEYS[2], identity)
 if lease then
   local parts = split(lease)
+  if tonumber(parts[1]) > tonumber(attempt) then
+    return {-2, NOW, 0, {}, {}}
+  end
   tenant, priority = parts[2], parts[5] or priority
   if ARGV[12] == "keep" then
     local old = identity .. ":" .. parts[1]

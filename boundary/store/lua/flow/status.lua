@@ -6,7 +6,7 @@
 --   limits = {concurrency, tenant_concurrency, rate_limit, rate_period_ms, max_waiting}, -1
 --            for none (the declared ones overlaid by the override)
 --   counts = {holding a slot, waiting (in line or admitted), starts in the rate window
---            (real ones), granted and not started yet}
+--            (real ones), granted and not started yet, stale holders refused}
 --   running_by_tenant, waiting_by_tenant = {tenant, n, ...}
 --   override = the override hash as {field, value, ...}
 
@@ -29,7 +29,8 @@ for _, tenant in ipairs(redis.call("LRANGE", KEYS[7], 0, 999)) do
 end
 return {
   {shown(CONCURRENCY), shown(TENANT_CONCURRENCY), shown(RATE), shown(PERIOD), shown(MAX_WAITING)},
-  {redis.call("ZCARD", KEYS[1]), redis.call("HLEN", KEYS[5]), starts, pending},
+  {redis.call("ZCARD", KEYS[1]), redis.call("HLEN", KEYS[5]), starts, pending,
+    tonumber(redis.call("HGET", KEYS[11], "stale_holders") or "0")},
   redis.call("HGETALL", KEYS[3]),
   waiting_by_tenant,
   redis.call("HGETALL", KEYS[10]),
