@@ -48,7 +48,7 @@ def progress_of(store: CanonicalStore, record: CanonicalRecord) -> CallProgress 
     return CallProgress.of(record)
 
 
-def limits_page(flow: Flow | None) -> dict[str, Any]:
+def limits_page(flow: Flow | None, store: CanonicalStore | None = None) -> dict[str, Any]:
     """Each limited tool's limits, calls holding a slot, waiting by tenant, and starts in
     its rate period (``tool-boundary limits``; each tool's own keys, never a scan)."""
     if flow is None:
@@ -210,6 +210,8 @@ def call_page(
     page: dict[str, Any] = {
         "record": record,
         "row": row,
+        "updated": last_change(record),
+        "stopped": stopped_at(record),
         "request": pretty(record.request),
         "agent_result": pretty(record.agent_result),
         "scope": pretty(record.scope),
@@ -221,6 +223,31 @@ def call_page(
         page["raw"] = pretty(record.raw, RAW_CHARS)
         page["raw_bytes"] = len(record.raw.encode("utf-8"))
     return page
+
+
+def last_change(record: CanonicalRecord) -> datetime:
+    """When the record last changed: its last write, or its tool's last heartbeat or start
+    (a heartbeat does not move ``updated_at``)."""
+    times = [t for t in (record.updated_at, record.started_at, record.heartbeat_at) if t]
+    return max(times)
+
+
+def stopped_at(record: CanonicalRecord) -> str | None:
+    """Where an ended call's tool was when it ended, as its last progress said (``show``
+    prints the same fields); ``None`` for a call in flight or one that ended READY."""
+    if record.status is not InvocationStatus.ERROR:
+        return None
+    if record.started_at is None:
+        return "before its tool started"
+    parts = []
+    if record.progress is not None:
+        parts.append(f"{round(record.progress * 100)} %")
+    if record.progress_message:
+        parts.append(record.progress_message)
+    where = ", ".join(parts) if parts else "no progress reported"
+    if record.heartbeat_at is not None:
+        where += f" (last heartbeat {record.heartbeat_at.isoformat()})"
+    return f"attempt {record.attempt}: {where}"
 
 
 def pretty(text: str | None, limit: int = FIELD_CHARS) -> str | None:
