@@ -152,7 +152,7 @@ class WebView:
 
     async def limits(self, request: Request) -> Response:
         flow = self.flow
-        page = await self.read(lambda: views.limits_page(flow, self.store))
+        page = await self.read(lambda: views.limits_page(flow))
         return self.page("limits.html", title="Limits", **page)
 
     async def cancel(self, request: Request) -> Response:

@@ -48,12 +48,13 @@ def progress_of(store: CanonicalStore, record: CanonicalRecord) -> CallProgress 
     return CallProgress.of(record)
 
 
-def limits_page(flow: Flow | None, store: CanonicalStore | None = None) -> dict[str, Any]:
-    """Each limited tool's limits, calls holding a slot, waiting by tenant, and starts in
-    its rate period (``tool-boundary limits``; each tool's own keys, never a scan)."""
+def limits_page(flow: Flow | None) -> dict[str, Any]:
+    """Each limited tool of the fleet: its limits, calls holding a slot, waiting by tenant,
+    and starts in its rate period (``tool-boundary limits``; the store's index of limited
+    tools and each tool's own keys, never a scan). Raises ``StoreError``."""
     if flow is None:
         return {"tools": [], "available": False}
-    return {"tools": [limits_view(flow.status(t)) for t in flow.limited_tools()], "available": True}
+    return {"tools": [limits_view(s) for s in flow.fleet_status()], "available": True}
 
 
 def call_state(record: CanonicalRecord, progress: CallProgress | None) -> tuple[str, int | None]:
