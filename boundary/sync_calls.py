@@ -7,6 +7,7 @@ on the sync store and the dispatcher. It never imports the async path or ``core`
 from __future__ import annotations
 
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -276,7 +277,18 @@ def _slice(terms: CallTerms, left: float | None) -> float:
 
 
 #: Threads that make the reads a wait bounds by its timeout (``_bounded_get``).
-_bounded_reads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tb-bounded-read")
+_bounded_reads: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _reader() -> ThreadPoolExecutor:
+    """This process's threads for bounded reads (made on first use: a forked child, a
+    prefork worker's, gets its own, never its parent's dead ones)."""
+    global _bounded_reads
+    made = _bounded_reads
+    if made is None or made[0] != os.getpid():
+        made = (os.getpid(), ThreadPoolExecutor(max_workers=8, thread_name_prefix="tb-read"))
+        _bounded_reads = made
+    return made[1]
 
 
 def _read(
@@ -301,7 +313,7 @@ def _bounded_get(
 ) -> CanonicalRecord | None:
     """``store.get`` (no raw response), given up past ``give_up`` + ``READ_GRACE_S`` when the
     store's own socket timeout would let it wait longer (a silent, paused Redis): made on a
-    thread of ``_bounded_reads`` then, directly otherwise (no hand-off while time is ample).
+    thread of ``_reader()`` then, directly otherwise (no hand-off while time is ample).
     Raises ``StoreError`` (``StoreUnavailable`` when given up)."""
     left = time_left(give_up)
     if left is None:
@@ -310,7 +322,7 @@ def _bounded_get(
     socket_s = getattr(terms.store, "read_timeout_s", None)
     if isinstance(socket_s, int | float) and socket_s <= bound:
         return terms.store.get(key, with_raw=False)
-    read = _bounded_reads.submit(terms.store.get, key, with_raw=False)
+    read = _reader().submit(terms.store.get, key, with_raw=False)
     try:
         return read.result(timeout=bound)
     except FutureTimeout:
