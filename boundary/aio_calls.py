@@ -13,11 +13,13 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 from weakref import WeakKeyDictionary
 
 from boundary import telemetry
 from boundary.admission import admission
 from boundary.call_steps import (
+    READ_GRACE_S,
     Prepared,
     dispatch_failed,
     give_up_at,
@@ -30,7 +32,7 @@ from boundary.call_steps import (
 )
 from boundary.dispatch import adispatch_call
 from boundary.door import Door
-from boundary.errors import ErrorCode, StoreError
+from boundary.errors import ErrorCode, StoreError, StoreUnavailable
 from boundary.flow import Flow
 from boundary.models import (
     CallProgress,
@@ -248,10 +250,10 @@ async def await_outcome(
     try:
         async with store.watch(key) as watch:
             # Subscribed before the first read: a seal is seen by the read or by the watch.
-            await watch.attach(time_left(give_up))
+            await _bounded_attach(store, watch, time_left(give_up))
             while True:
                 _honour_cancel()
-                record = await store.get(key)
+                record = await _bounded_get(store, key, time_left(give_up))
                 _honour_cancel()
                 done = settled(key, record)
                 if done is not None:
@@ -266,6 +268,38 @@ async def await_outcome(
                 await admission().turn()
     except StoreError:
         return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+
+
+async def _bounded_attach(store: AsyncStore, watch: Any, left: float | None) -> None:
+    """``watch.attach(left)``; when the store's seal notifier has no connection yet (its
+    opening may wait on a silent Redis for the connect timeout), given up ``READ_GRACE_S``
+    past ``left``. Raises ``StoreError`` (``StoreUnavailable`` when given up)."""
+    notifier = getattr(store, "notifier", None)
+    if left is None or getattr(notifier, "connected", True):
+        await watch.attach(left)
+        return
+    try:
+        await asyncio.wait_for(watch.attach(left), max(left, 0.0) + READ_GRACE_S)
+    except TimeoutError:
+        raise StoreUnavailable() from None
+
+
+async def _bounded_get(
+    store: AsyncStore, key: CanonicalKey, left: float | None
+) -> CanonicalRecord | None:
+    """``store.get``, given up ``READ_GRACE_S`` past the wait's timeout when the store's own
+    socket timeout would let it wait longer (a silent, paused Redis): a wait ends by its
+    timeout plus that grace. Raises ``StoreError`` (``StoreUnavailable`` when given up)."""
+    if left is None:
+        return await store.get(key)
+    bound = max(left, 0.0) + READ_GRACE_S
+    socket_s = getattr(store, "read_timeout_s", None)
+    if isinstance(socket_s, int | float) and socket_s <= bound:
+        return await store.get(key)
+    try:
+        return await asyncio.wait_for(store.get(key), bound)
+    except TimeoutError:
+        raise StoreUnavailable() from None
 
 
 def _honour_cancel() -> None:

@@ -162,6 +162,12 @@ def key_of(run_id: str, tool_call_id: str) -> CanonicalKey | None:
         return None
 
 
+#: Past a wait's own timeout, a read of the record it makes may take this long before the
+#: wait gives up on a silent store (``STORE_UNAVAILABLE``): a wait ends by its timeout plus
+#: this, whatever the store client's socket timeout (``docs/WAITS.md``).
+READ_GRACE_S = 0.4
+
+
 def give_up_at(timeout: float | None) -> float | None:
     """The monotonic time a wait of ``timeout`` seconds ends (``None``: never)."""
     return None if timeout is None else time.monotonic() + max(timeout, 0.0)

@@ -40,6 +40,12 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a process keeps the store's list of run-time overrides before reading it again.
 OVERRIDES_TTL_S = 1.0
+#: Seconds between two notes of a tool in the index of limited tools by one process (its
+#: first admitted call notes it at once): one write a minute at most, off the hot path.
+ANNOUNCE_EVERY_S = 60.0
+#: How long an entry of the index of limited tools lives without a new note, when the store
+#: does not say its records' TTL, seconds.
+ANNOUNCE_TTL_S = 24 * 3600.0
 #: Added to a wake-up's delay, seconds, so it never comes a hair before its time.
 WAKE_MARGIN_S = 0.005
 #: Tries at giving a sealed call's slot up (a release is idempotent), or at counting a start,
@@ -132,6 +138,8 @@ class Flow:
         self._refreshing = False
         #: Seconds the list of overrides is kept before it is read again.
         self.overrides_ttl_s = OVERRIDES_TTL_S
+        #: When this process last noted each tool in the index of limited tools (its clock).
+        self._announced: dict[str, float] = {}
 
     @classmethod
     def install(cls, store: object, registry: ToolRegistry, sender: Sender | None) -> Flow | None:
@@ -202,6 +210,44 @@ class Flow:
         tools = list(dict.fromkeys(s.name for r in self.registries for s in r if s.limited))
         return tools + sorted(self.refresh_overrides() - set(tools))
 
+    def fleet_tools(self) -> dict[str, ToolLimits]:
+        """Every limited tool of the fleet and its declared limits: this process's registries,
+        the tools any process noted in use (the store's index of limited tools) and those
+        with a run-time override, read now (one read of each index, never a scan). For the
+        views (``tool-boundary limits``, the web view); raises ``StoreError``."""
+        announced = self.ops.announced(now_ms=_now_ms(), ttl_ms=self._index_ttl_ms())
+        overridden = self.ops.overrides()
+        tools = {s.name: ToolLimits.of(s) for r in self.registries for s in r if s.limited}
+        for tool in sorted(announced):
+            tools.setdefault(tool, announced[tool])
+        for tool in sorted(overridden):
+            spec = self.spec(tool)
+            tools.setdefault(tool, ToolLimits.of(spec) if spec is not None else ToolLimits())
+        return tools
+
+    def fleet_status(self) -> list[FlowStatus]:
+        """``status`` of every tool of ``fleet_tools``; raises ``StoreError``."""
+        return [self.ops.status(tool, limits) for tool, limits in self.fleet_tools().items()]
+
+    def _index_ttl_ms(self) -> int:
+        ttl_s = getattr(self.store, "ttl_s", None)
+        return int((ttl_s if isinstance(ttl_s, int | float) else ANNOUNCE_TTL_S) * 1000)
+
+    def announce(self, tool: str, limits: ToolLimits) -> None:
+        """Notes ``tool`` in the store's index of limited tools: at once the first time, then
+        once every ``ANNOUNCE_EVERY_S`` at most. A store that fails is logged, never raised
+        (the call goes on; the next call notes it)."""
+        now = self._clock()
+        last = self._announced.get(tool)
+        if last is not None and now - last < ANNOUNCE_EVERY_S:
+            return
+        self._announced[tool] = now
+        try:
+            self.ops.announce(tool, limits, now_ms=_now_ms(), ttl_ms=self._index_ttl_ms())
+        except StoreError:
+            self._announced.pop(tool, None)
+            logger.warning("flow control: the index of limited tools could not be written")
+
     # --- The steps of a limited call ------------------------------------------------------
 
     def admit(
@@ -227,6 +273,7 @@ class Flow:
             record_exists=record_exists,
         )
         self.deliver(tool, reply)
+        self.announce(tool, limits)
         return reply
 
     def confirm(self, key: CanonicalKey, tool: str, limits: ToolLimits) -> FlowReply:
@@ -418,3 +465,7 @@ class Flow:
             self.pump(tool)
         except StoreError:
             logger.warning("flow control: the wake-up of %s failed (store)", tool)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -7,10 +7,14 @@ on the sync store and the dispatcher. It never imports the async path or ``core`
 from __future__ import annotations
 
 import logging
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from boundary import telemetry
 from boundary.call_steps import (
+    READ_GRACE_S,
     Prepared,
     dispatch_failed,
     give_up_at,
@@ -24,7 +28,7 @@ from boundary.call_steps import (
 )
 from boundary.dispatch import Revoker, dispatch_call
 from boundary.door import CallTerms
-from boundary.errors import ErrorCode, StoreError
+from boundary.errors import ErrorCode, StoreError, StoreUnavailable
 from boundary.flow import Flow
 from boundary.models import (
     CallProgress,
@@ -221,7 +225,7 @@ def await_outcome(
                 return await_seal(terms, key, give_up, watch, read_first=True)
             if read_first:
                 # Read before subscribing: a call sealed already costs no subscription.
-                state = _read(terms, key)
+                state = _read(terms, key, give_up)
                 if isinstance(state, ToolOutcome):
                     return state
             left = time_left(give_up)
@@ -232,7 +236,7 @@ def await_outcome(
     read = read_first
     while True:
         if read:
-            state = _read(terms, key)
+            state = _read(terms, key, give_up)
             if isinstance(state, ToolOutcome):
                 return state
             record = state
@@ -273,11 +277,29 @@ def wait_slice(terms: CallTerms, left: float | None) -> float:
     return terms.poll_s if left is None else min(left, terms.poll_s)
 
 
-def _read(terms: CallTerms, key: CanonicalKey) -> ToolOutcome | CanonicalRecord:
+#: Threads that make the reads a wait bounds by its timeout (``_bounded_get``).
+_bounded_reads: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _reader() -> ThreadPoolExecutor:
+    """This process's threads for bounded reads (made on first use: a forked child, a
+    prefork worker's, gets its own, never its parent's dead ones)."""
+    global _bounded_reads
+    made = _bounded_reads
+    if made is None or made[0] != os.getpid():
+        made = (os.getpid(), ThreadPoolExecutor(max_workers=8, thread_name_prefix="tb-read"))
+        _bounded_reads = made
+    return made[1]
+
+
+def _read(
+    terms: CallTerms, key: CanonicalKey, give_up: float | None = None
+) -> ToolOutcome | CanonicalRecord:
     """The call's outcome when its record decides it (sealed, missing, or the store
-    unreachable); else its PROJECTING record."""
+    unreachable); else its PROJECTING record. A wait's read ends by its ``give_up`` time
+    plus ``READ_GRACE_S`` (``STORE_UNAVAILABLE`` when the store is silent that long)."""
     try:
-        record = terms.store.get(key, with_raw=False)
+        record = _bounded_get(terms, key, give_up)
     except StoreError:
         return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
     done = settled(key, record)
@@ -285,6 +307,28 @@ def _read(terms: CallTerms, key: CanonicalKey) -> ToolOutcome | CanonicalRecord:
         return done
     assert record is not None
     return record
+
+
+def _bounded_get(
+    terms: CallTerms, key: CanonicalKey, give_up: float | None
+) -> CanonicalRecord | None:
+    """``store.get`` (no raw response), given up past ``give_up`` + ``READ_GRACE_S`` when the
+    store's own socket timeout would let it wait longer (a silent, paused Redis): made on a
+    thread of ``_reader()`` then, directly otherwise (no hand-off while time is ample).
+    Raises ``StoreError`` (``StoreUnavailable`` when given up)."""
+    left = time_left(give_up)
+    if left is None:
+        return terms.store.get(key, with_raw=False)
+    bound = max(left, 0.0) + READ_GRACE_S
+    socket_s = getattr(terms.store, "read_timeout_s", None)
+    if isinstance(socket_s, int | float) and socket_s <= bound:
+        return terms.store.get(key, with_raw=False)
+    read = _reader().submit(terms.store.get, key, with_raw=False)
+    try:
+        return read.result(timeout=bound)
+    except FutureTimeout:
+        read.cancel()
+        raise StoreUnavailable() from None
 
 
 def await_seal(
@@ -304,7 +348,7 @@ def await_seal(
     read = read_first
     while True:
         if read:
-            state = _read(terms, key)
+            state = _read(terms, key, give_up)
             if isinstance(state, ToolOutcome):
                 return state
             record = state

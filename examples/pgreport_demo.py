@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 #: Rows the demo table gets by default.
 DEFAULT_ROWS = 200_000
@@ -70,9 +70,19 @@ def create_demo_table(
     conn.commit()
 
 
+#: Exit codes: the database could not be reached or refused the table; a Ctrl-C.
+EXIT_SERVER = 3
+EXIT_INTERRUPTED = 130
+
+
+def _exit(message: str, code: int) -> NoReturn:
+    print(message, file=sys.stderr)
+    raise SystemExit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Builds the table; anything refused or failed is one line on stderr (exit 2 for bad
-    arguments, 3 for the server), never a traceback or the DSN."""
+    arguments, 3 for the server, 130 when interrupted), never a traceback or the DSN."""
     import psycopg
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -92,11 +102,14 @@ def main(argv: list[str] | None = None) -> None:
         with psycopg.connect(args.dsn, connect_timeout=10) as conn:
             create_demo_table(conn, args.rows, on_chunk=report if args.rows > CHUNK_ROWS else None)
     except psycopg.OperationalError:
-        sys.exit("error: cannot connect to the database (check the DSN)")
+        _exit("error: cannot connect to the database (check the DSN)", EXIT_SERVER)
     except psycopg.Error as exc:
-        sys.exit(f"error: the database refused the table (SQLSTATE {exc.sqlstate or 'unknown'})")
+        _exit(
+            f"error: the database refused the table (SQLSTATE {exc.sqlstate or 'unknown'})",
+            EXIT_SERVER,
+        )
     except KeyboardInterrupt:
-        sys.exit("interrupted: request_log holds the chunks committed so far")
+        _exit("interrupted: request_log holds the chunks committed so far", EXIT_INTERRUPTED)
     print(f"request_log: {args.rows:,} rows in {time.monotonic() - started:.1f}s")
 
 

@@ -119,6 +119,10 @@ class Settings(BaseSettings, LimitFields):
     #: from a thread of their own (``tasks.wiring.publisher.SentEvents``): off saves that PUBLISH
     #: and its CPU, not the caller's wait; Flower still sees received, started and succeeded.
     task_sent_events: bool = True
+    #: Monitoring events of the reaper's runs (``tool_boundary.reap``, every
+    #: ``reap_interval_s``): off, they stay out of Flower's task list, which they would fill
+    #: (task-sent, received, started, succeeded: no event at all); on, they show as any task.
+    reap_events: bool = False
 
     @field_validator("redis_url", "broker_url", "result_backend")
     @classmethod

@@ -189,6 +189,9 @@ class AsyncRedisStore:
         self.ttl_s = ttl_s
         self.limits = limits
         self._clock = clock
+        #: How long a command may wait for a silent Redis, seconds (``None``: no bound).
+        timeout = settings.get("socket_timeout")
+        self.read_timeout_s = float(timeout) if isinstance(timeout, int | float) else None
         pool = aredis.BlockingConnectionPool(
             connection_class=connection_class,
             max_connections=max_connections,

@@ -121,6 +121,14 @@ def flow_keys(tool: str) -> list[str]:
 #: ``conf`` key holds the same override for its scripts. Touched alone (one Cluster slot).
 FLOW_OVERRIDES = f"{PREFIX}:flow-overrides"
 
+#: The limited tools seen in use (a hash: tool name -> its declared limits and when a process
+#: last said so, as JSON): written by a process the first time it admits a call of a limited
+#: tool (then once a minute at most) and by ``limits set``, so ``tool-boundary limits`` and the
+#: web view list every limited tool of the fleet, whatever their own registry, without a scan.
+#: The hash expires with the records (the store's TTL from its last write); an entry older
+#: than that is dropped when read. Touched alone (one Cluster slot).
+FLOW_TOOLS = f"{PREFIX}:flow-tools"
+
 
 def side_key(key: CanonicalKey, version: str) -> str:
     """A re-projection's side projection of one call by projector ``version`` (a hash: the

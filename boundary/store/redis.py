@@ -181,6 +181,9 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         self._register_attempt_scripts()
         self._notifier: SyncSealNotifier | None = None
         self._notifier_lock = threading.Lock()
+        #: How long a command may wait for a silent Redis, seconds (the client's socket
+        #: timeout); ``None``: not known (a cluster client) or no bound at all.
+        self.read_timeout_s = _socket_timeout(client)
 
     @classmethod
     def from_url(
@@ -631,3 +634,9 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         )
         store.memory = self.memory
         return store
+
+
+def _socket_timeout(client: RedisClient) -> float | None:
+    pool = getattr(client, "connection_pool", None)
+    value = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+    return float(value) if isinstance(value, int | float) and value > 0 else None

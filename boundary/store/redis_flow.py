@@ -51,6 +51,10 @@ _SCRIPTS = (
     "renew",
 )
 #: Override fields and the ToolLimits field each sets.
+#: The largest value an override field may hold (the scripts' numbers are doubles: a value
+#: past 2**53 would not be read back as written).
+OVERRIDE_MAX = 2**31 - 1
+
 OVERRIDE_FIELDS = (
     "concurrency",
     "tenant_concurrency",
@@ -290,6 +294,9 @@ class RedisFlow:
         """Replaces the tool's run-time override (``None`` lifts a declared limit; a field
         left out keeps the declared one). An empty override is a reset."""
         conf = keys.flow_keys(tool)[keys.FLOW_PARTS.index("conf")]
+        for field, value in override.items():
+            if value is not None and not 0 <= value <= OVERRIDE_MAX:
+                raise ValueError(f"{field} must be within 0..{OVERRIDE_MAX}")
         fields: dict[Any, Any] = {
             f: ("none" if v is None else str(int(v))) for f, v in override.items()
         }
@@ -319,6 +326,45 @@ class RedisFlow:
             if isinstance(value, dict):
                 parsed[tool] = {k: v for k, v in value.items() if k in OVERRIDE_FIELDS}
         return parsed
+
+    def announce(self, tool: str, limits: ToolLimits, *, now_ms: int, ttl_ms: int) -> None:
+        """Notes ``tool`` in the index of limited tools (``keys.FLOW_TOOLS``) with its declared
+        limits, seen at ``now_ms``; the index lives ``ttl_ms`` past its last write."""
+        entry = json.dumps(
+            {**{f: getattr(limits, f) for f in _DECLARED}, "seen_ms": now_ms}, sort_keys=True
+        )
+        with translated():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(keys.FLOW_TOOLS, tool, entry)
+            pipe.pexpire(keys.FLOW_TOOLS, max(ttl_ms, 1))
+            pipe.execute()
+
+    def announced(self, *, now_ms: int, ttl_ms: int) -> dict[str, ToolLimits]:
+        """The limited tools of the index seen within ``ttl_ms`` and their declared limits (one
+        read, no scan); older entries are dropped."""
+        with translated():
+            found: dict[str, str] = self.client.hgetall(keys.FLOW_TOOLS)  # type: ignore[assignment]
+        tools: dict[str, ToolLimits] = {}
+        stale = []
+        for tool, text in found.items():
+            try:
+                entry = json.loads(text)
+                seen = int(entry["seen_ms"])
+                limits = ToolLimits(**{f: entry.get(f) for f in _DECLARED})
+            except (ValueError, TypeError, KeyError):
+                continue  # not written by this code
+            if now_ms - seen > ttl_ms:
+                stale.append(tool)
+            else:
+                tools[tool] = limits
+        if stale:
+            with translated():
+                self.client.hdel(keys.FLOW_TOOLS, *stale)
+        return tools
+
+
+#: The fields of ``ToolLimits`` the index of limited tools keeps.
+_DECLARED = ("concurrency", "tenant_concurrency", "rate_limit", "rate_period_s", "max_waiting")
 
 
 def _override_view(fields: dict[str, str]) -> dict[str, int | float | None]:

@@ -38,6 +38,8 @@ limits_app = typer.Typer(
 
 ToolArg = Annotated[str, typer.Argument(help="The tool's registered name.", show_default=False)]
 NONE = "none"
+#: The largest count an option takes (a limit past it is no limit: use ``none``).
+MAX_COUNT = 1_000_000
 
 
 def _flow(settings: Settings, store: RedisCanonicalStore, *, sending: bool = False) -> Flow:
@@ -79,13 +81,12 @@ def _print(views: list[dict[str, Any]]) -> None:
             )
         if view["max_waiting"] is not None:
             limits.append(f"max waiting {view['max_waiting']}")
-        if view["override"]:
-            limits.append("(override)")
         if view["stale_holders"]:
             limits.append(f"{view['stale_holders']} stale holders refused")
+        shown = "; ".join(limits) + (" (override)" if view["override"] else "")
         table.add_row(
             Text(printable(view["tool"])),
-            Text("; ".join(limits)),
+            Text(shown),
             str(view["running"]),
             str(view["waiting"]),
             Text(printable(_tenants(view["waiting_by_tenant"]))),
@@ -95,15 +96,16 @@ def _print(views: list[dict[str, Any]]) -> None:
 
 @limits_app.callback()
 def limits(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Each limited tool (declared in TOOL_BOUNDARY_TOOLS, or overridden at run time): its
-    limits in force, calls holding a slot, calls waiting (by tenant), and starts in the rate
-    limit's period. Read from each tool's own keys, never a scan."""
+    """Each limited tool of the fleet (declared in TOOL_BOUNDARY_TOOLS, used by any worker or
+    caller, or overridden at run time): its limits in force, calls holding a slot, calls
+    waiting (by tenant), and starts in the rate limit's period. Read from the store's index
+    of limited tools and each tool's own keys, never a scan."""
     if ctx.invoked_subcommand is not None:
         return
     settings = settings_or_fail()
     with reaching(settings):
         flow = _flow(settings, open_store(settings))
-        views = [limits_view(flow.status(tool)) for tool in flow.limited_tools()]
+        views = [limits_view(status) for status in flow.fleet_status()]
     if as_json:
         typer.echo(dumps(views))
     else:
@@ -120,8 +122,8 @@ def _count(option: str, value: str | None, least: int) -> int | str | None:
         number = int(value)
     except ValueError:
         fail(f"{option} takes a whole number or 'none', not {value!r}", EXIT_USAGE)
-    if number < least:
-        fail(f"{option} must be at least {least}", EXIT_USAGE)
+    if not least <= number <= MAX_COUNT:
+        fail(f"{option} must be within {least}..{MAX_COUNT} (or 'none'), not {value}", EXIT_USAGE)
     return number
 
 
@@ -136,15 +138,20 @@ def _rate(value: str | None) -> tuple[int | None, int | None] | str:
         count, seconds = int(limit), float(period)
     except ValueError:
         count, seconds = 0, math.nan
-    if not sep or count < 1 or not (0 < seconds <= 86_400):
+    if not sep or not 1 <= count <= MAX_COUNT or not (0 < seconds <= 86_400):
         fail(f"--rate takes LIMIT/PERIOD_S (e.g. 30/60) or 'none', not {value!r}", EXIT_USAGE)
     return count, max(round(seconds * 1000), 1)
 
 
-def _known(settings: Settings, tool: str) -> None:
+def _known(settings: Settings, tool: str, store: RedisCanonicalStore | None = None) -> None:
+    """Exits 1 for a tool the registry does not have (when one is loaded), unless ``store``
+    knows it as a limited tool (an override, or in use by another registry's processes)."""
     registry = registry_or_empty(settings)
-    if len(registry) and tool not in registry:
-        fail(f"no tool {tool!r} in TOOL_BOUNDARY_TOOLS", EXIT_NOT_FOUND)
+    if not len(registry) or tool in registry:
+        return
+    if store is not None and tool in _flow(settings, store).fleet_tools():
+        return
+    fail(f"no tool {tool!r} in TOOL_BOUNDARY_TOOLS", EXIT_NOT_FOUND)
 
 
 @limits_app.command("set")
@@ -207,6 +214,7 @@ def reset_limits(tool: ToolArg, as_json: JsonFlag = False) -> None:
     settings = settings_or_fail()
     with reaching(settings):
         store = open_store(settings)
+        _known(settings, tool, store)
         store.flow_ops.set_override(tool, {})
         flow = _flow(settings, store, sending=True)
         started = flow.pump(tool)

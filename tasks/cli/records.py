@@ -106,6 +106,10 @@ def show(
             progress = progress_of(store, record)
             waiting = progress.message if progress is not None and progress.waiting else None
     if record is None:
+        if as_json:
+            # A script reading stdout gets JSON either way (the exit code still says 1).
+            missing = {"error": "RECORD_NOT_FOUND", "run_id": run_id, "tool_call_id": call_id}
+            typer.echo(dumps(missing))
         fail(f"no record for call {call_id} of run {run_id} (RECORD_NOT_FOUND)", EXIT_NOT_FOUND)
     fields = _record_json(record, raw)
     # A limited tool's call waiting for a slot: "waiting for a slot (3 ahead)".
@@ -113,11 +117,17 @@ def show(
     if as_json:
         typer.echo(dumps(fields))
         return
-    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
+    console = Console(highlight=False)
+    table = _fields_table()
     for name in _SHOWN_FIELDS:
         value = fields[name]
+        # A hash is copied whole: never folded mid-hash. Where the table's columns leave it
+        # too little room (80 columns), it gets a line of its own.
+        if name == "request_sha256" and value and _LABEL_WIDTH + len(value) > console.width:
+            console.print(table)
+            console.print(Text.assemble((name, "bold"), "  ", value), no_wrap=True)
+            table = _fields_table()
+            continue
         if name in ("request", "agent_result", "scope"):
             table.add_row(name, pretty(value, SHOW_CELL_CHARS))
         elif name == "diagnostic":
@@ -130,7 +140,18 @@ def show(
         table.add_row("raw", pretty(fields["raw"], SHOW_CELL_CHARS))
     else:
         table.add_row("raw", Text(f"{fields['raw_bytes']} bytes, hidden (--raw shows it)"))
-    Console(highlight=False).print(table)
+    console.print(table)
+
+
+#: The field names' column of ``show``: the longest name and its padding.
+_LABEL_WIDTH = max(len(name) for name in _SHOWN_FIELDS) + 2
+
+
+def _fields_table() -> Table:
+    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    table.add_column(style="bold", min_width=_LABEL_WIDTH - 2)
+    table.add_column(overflow="fold")
+    return table
 
 
 # --- runs ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.table import Column
 from rich.text import Text
 
 from boundary import CanonicalRecord, InvocationStatus, RedisCanonicalStore
@@ -45,12 +46,18 @@ def _age(moment: datetime | None, now: datetime) -> str:
     return "-" if moment is None else f"{max((now - moment).total_seconds(), 0):.0f}s"
 
 
+#: The bars' width, columns: room for the name and the note at 80 columns.
+BAR_WIDTH = 20
+
+
 def _bars(views: list[dict[str, Any]], now: datetime, records: list[CanonicalRecord]) -> Group:
     bars = Progress(
         TextColumn("{task.fields[name]}"),
-        BarColumn(bar_width=30),
+        BarColumn(bar_width=BAR_WIDTH),
         TaskProgressColumn(),
-        TextColumn("{task.fields[note]}"),
+        # The note (attempt, times, the tool's message) folds onto more lines rather than
+        # being cut where the terminal ends (80 columns).
+        TextColumn("{task.fields[note]}", table_column=Column(overflow="fold", ratio=1)),
     )
     for view, record in zip(views, records, strict=True):
         fraction = view["fraction"]

@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -30,6 +31,7 @@ from tasks.views import printable
 from tasks.web import jobs_page, pages
 from tasks.web.auth import Csrf, TokenGuard
 from tasks.web.feed import RunFeeds, TooManyStreams
+from tasks.web.headers import SecurityHeaders
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +39,11 @@ HERE = Path(__file__).resolve().parent
 
 #: Ends a PROJECTING call (``ToolBoundary.cancel``): ``(run_id, tool_call_id) -> outcome``.
 Canceller = Callable[[str, str], ToolOutcome]
+#: A tool's time limit in seconds (its ``ToolSpec.timeout_s``), ``None`` when not known.
+TimeLimit = Callable[[str], float | None]
+
+#: Characters of a ``?tool=`` filter (a tool name has at most 128): longer is refused (400).
+TOOL_FILTER_CHARS = 128
 
 
 def _duration(seconds: float | None) -> str:
@@ -73,8 +80,10 @@ class WebView:
         show_raw: bool,
         store_label: str,
         flow: Flow | None = None,
+        time_limit: TimeLimit | None = None,
     ) -> None:
         self.store = store
+        self.time_limit = time_limit
         self.flow = flow
         self.canceller = canceller
         self.show_raw = show_raw
@@ -100,6 +109,13 @@ class WebView:
     async def runs(self, request: Request) -> Response:
         status = request.query_params.get("status") or None
         tool = (request.query_params.get("tool") or "").strip() or None
+        if tool is not None and len(tool) > TOOL_FILTER_CHARS:
+            return self.problem(
+                400,
+                "Bad filter",
+                f"A tool name has at most {TOOL_FILTER_CHARS} characters (the filter was not "
+                "applied).",
+            )
         if status not in (None, *pages.STATUS_FILTERS):
             status = None
         query = pages.RunsQuery(status=status, tool=tool)
@@ -111,7 +127,9 @@ class WebView:
         page = await self.read(lambda: pages.run_page(self.store, run_id))
         if page is None:
             return self.problem(404, "No such run", "No live run has this id (RECORD_NOT_FOUND).")
-        return self.page("run.html", title=f"Run {run_id}", **page)
+        return self.page(
+            "run.html", title=f"Run {run_id}", cancelled=cancel_notice(request), **page
+        )
 
     async def call(self, request: Request) -> Response:
         run_id, call_id = request.path_params["run_id"], request.path_params["tool_call_id"]
@@ -122,7 +140,15 @@ class WebView:
             return self.problem(
                 404, "No such call", "No live call has these ids (RECORD_NOT_FOUND)."
             )
-        return self.page("call.html", title=f"Call {call_id}", run_id=run_id, **page)
+        limit = self.time_limit(page["record"].tool_name) if self.time_limit else None
+        return self.page(
+            "call.html",
+            title=f"Call {call_id}",
+            run_id=run_id,
+            time_limit_s=limit,
+            cancelled=cancel_notice(request),
+            **page,
+        )
 
     async def limits(self, request: Request) -> Response:
         flow = self.flow
@@ -148,7 +174,21 @@ class WebView:
         if form.get("back") == "call":
             back += f"/calls/{quote(call_id, safe='')}"
         code = outcome.error_code.value if outcome.error_code else outcome.status.value
-        return RedirectResponse(f"{back}?cancel={quote(code)}", status_code=303)
+        return RedirectResponse(
+            f"{back}?cancel={quote(code)}&call={quote(call_id, safe='')}#cancel-notice",
+            status_code=303,
+        )
+
+    async def not_found(self, request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 404
+        if status == 405:
+            return self.problem(405, "Method not allowed", "This page does not take that method.")
+        if status != 404:
+            return self.problem(status, "Refused", "This request was refused.")
+        return self.problem(404, "Not found", "There is no page at this address.")
+
+    async def favicon(self, request: Request) -> Response:
+        return Response(status_code=204, headers={"cache-control": "max-age=86400"})
 
     async def events(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -195,6 +235,27 @@ def cancel_action(run_id: str, tool_call_id: str) -> str:
     return f"cancel:{run_id}:{tool_call_id}"
 
 
+#: What a cancel ended with (``?cancel=CODE`` after the form), as a sentence; any other code
+#: is an ERROR the call had ended with before the cancel.
+CANCEL_NOTICES = {
+    "CANCELLED": "was cancelled: it ended ERROR CANCELLED.",
+    "READY": "had already ended READY: nothing was cancelled.",
+}
+
+
+def cancel_notice(request: Request) -> dict[str, str] | None:
+    """What the page says after its Cancel form: ``{"call", "text"}``; ``None``: no cancel."""
+    code = request.query_params.get("cancel")
+    call = request.query_params.get("call") or ""
+    if not code or not is_safe_id(call):
+        return None
+    if code in CANCEL_NOTICES:
+        return {"call": call, "text": CANCEL_NOTICES[code]}
+    if code.isupper() and code.replace("_", "").isalpha() and len(code) <= 64:
+        return {"call": call, "text": f"had already ended ERROR {code}: nothing was cancelled."}
+    return None
+
+
 def create_app(
     store: CanonicalStore,
     *,
@@ -203,11 +264,18 @@ def create_app(
     token: str | None = None,
     store_label: str = "",
     flow: Flow | None = None,
+    time_limit: TimeLimit | None = None,
 ) -> ASGIApp:
     """The web view over ``store``; with ``token``, every request must bring it. ``flow``:
-    the flow control whose limited tools the limits page lists."""
+    the flow control whose limited tools the limits page lists; ``time_limit``: the tools'
+    time limits, for a call's page."""
     view = WebView(
-        store, canceller=canceller, show_raw=show_raw, store_label=store_label, flow=flow
+        store,
+        canceller=canceller,
+        show_raw=show_raw,
+        store_label=store_label,
+        flow=flow,
+        time_limit=time_limit,
     )
 
     async def store_failed(request: Request, exc: Exception) -> Response:
@@ -229,6 +297,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/", view.runs),
+            Route("/favicon.ico", view.favicon),
             Route("/limits", view.limits),
             Route("/jobs", jobs_page.jobs),
             Route("/runs/{run_id}", view.run),
@@ -237,9 +306,15 @@ def create_app(
             Route("/runs/{run_id}/calls/{tool_call_id}/cancel", view.cancel, methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
-        exception_handlers={StoreError: store_failed, Exception: failed},
+        exception_handlers={
+            StoreError: store_failed,
+            HTTPException: view.not_found,
+            Exception: failed,
+        },
         lifespan=lifespan,
     )
     app.state.view = view
-    guarded = NoTracebacks(app)
-    return TokenGuard(guarded, token) if token else guarded
+    # The token is checked inside NoTracebacks (a request it cannot answer is logged by type
+    # only), and every answer, a 401 or a login redirect too, carries the security headers.
+    guarded: ASGIApp = TokenGuard(app, token) if token else app
+    return SecurityHeaders(NoTracebacks(guarded))

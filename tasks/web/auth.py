@@ -16,7 +16,7 @@ import hashlib
 import hmac
 import secrets
 from http.cookies import SimpleCookie
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -90,7 +90,7 @@ class TokenGuard:
 
     async def _login(self, scope: Scope, query: list[tuple[str, str]], send: Send) -> None:
         rest = urlencode([(k, v) for k, v in query if k != TOKEN_PARAM])
-        location = scope.get("path", "/") + (f"?{rest}" if rest else "")
+        location = local_path(scope.get("path", "/")) + (f"?{rest}" if rest else "")
         cookie = f"{COOKIE}={self._session.decode()}; Path=/; HttpOnly; SameSite=Strict"
         await send(
             {
@@ -105,6 +105,14 @@ class TokenGuard:
             }
         )
         await send({"type": "http.response.body", "body": b""})
+
+
+def local_path(path: str) -> str:
+    """``path`` as a redirect that stays on this server: percent-encoded again (a decoded CR,
+    LF, space or backslash cannot reach the header), one leading slash (``//host/`` would be
+    another server)."""
+    quoted = quote(path, safe="/:@!$&'()*+,;=-._~")
+    return "/" + quoted.lstrip("/")
 
 
 class Csrf:

@@ -38,11 +38,12 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
 
 
 def limits_page(flow: Flow | None) -> dict[str, Any]:
-    """Each limited tool's limits, calls holding a slot, waiting by tenant, and starts in
-    its rate period (``tool-boundary limits``; each tool's own keys, never a scan)."""
+    """Each limited tool of the fleet: its limits, calls holding a slot, waiting by tenant,
+    and starts in its rate period (``tool-boundary limits``; the store's index of limited
+    tools and each tool's own keys, never a scan). Raises ``StoreError``."""
     if flow is None:
         return {"tools": [], "available": False}
-    return {"tools": [limits_view(flow.status(t)) for t in flow.limited_tools()], "available": True}
+    return {"tools": [limits_view(s) for s in flow.fleet_status()], "available": True}
 
 
 def call_state(record: CanonicalRecord, progress: CallProgress | None) -> tuple[str, int | None]:
@@ -199,6 +200,8 @@ def call_page(
     page: dict[str, Any] = {
         "record": record,
         "row": row,
+        "updated": last_change(record),
+        "stopped": stopped_at(record),
         "request": pretty(record.request),
         "agent_result": pretty(record.agent_result),
         "scope": pretty(record.scope),
@@ -210,6 +213,31 @@ def call_page(
         page["raw"] = pretty(record.raw, RAW_CHARS)
         page["raw_bytes"] = len(record.raw.encode("utf-8"))
     return page
+
+
+def last_change(record: CanonicalRecord) -> datetime:
+    """When the record last changed: its last write, or its tool's last heartbeat or start
+    (a heartbeat does not move ``updated_at``)."""
+    times = [t for t in (record.updated_at, record.started_at, record.heartbeat_at) if t]
+    return max(times)
+
+
+def stopped_at(record: CanonicalRecord) -> str | None:
+    """Where an ended call's tool was when it ended, as its last progress said (``show``
+    prints the same fields); ``None`` for a call in flight or one that ended READY."""
+    if record.status is not InvocationStatus.ERROR:
+        return None
+    if record.started_at is None:
+        return "before its tool started"
+    parts = []
+    if record.progress is not None:
+        parts.append(f"{round(record.progress * 100)} %")
+    if record.progress_message:
+        parts.append(record.progress_message)
+    where = ", ".join(parts) if parts else "no progress reported"
+    if record.heartbeat_at is not None:
+        where += f" (last heartbeat {record.heartbeat_at.isoformat()})"
+    return f"attempt {record.attempt}: {where}"
 
 
 def pretty(text: str | None, limit: int = FIELD_CHARS) -> str | None:

@@ -57,6 +57,10 @@ def build_app(settings: Settings, *, show_raw: bool, token: str | None) -> ASGIA
     def cancel(run_id: str, tool_call_id: str) -> ToolOutcome:
         return boundary.cancel(run_id, tool_call_id)
 
+    def time_limit(tool: str) -> float | None:
+        spec = registry.get(tool)
+        return None if spec is None else spec.timeout_s
+
     return create_app(
         store,
         canceller=cancel,
@@ -64,6 +68,7 @@ def build_app(settings: Settings, *, show_raw: bool, token: str | None) -> ASGIA
         token=token,
         store_label=redis_location(settings.store_url),
         flow=store.flow if isinstance(store.flow, Flow) else None,
+        time_limit=time_limit,
     )
 
 

@@ -102,7 +102,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         },
         # A worker process that dies under a tool sends its execute task again, at most
         # this many times (Celery applies annotations when it binds the task).
-        "task_annotations": {EXECUTE: {"max_retries": settings.worker_lost_max_retries}},
+        "task_annotations": {
+            EXECUTE: {"max_retries": settings.worker_lost_max_retries},
+            # The reaper's runs send no event unless asked (``BoundaryCelery.send_task`` leaves
+            # out their task-sent event too): they would fill Flower's task list.
+            REAP: {"send_events": settings.reap_events},
+        },
         "beat_schedule": {
             "reap-stuck-calls": {"task": REAP, "schedule": settings.reap_interval_s},
         },

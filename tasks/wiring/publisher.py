@@ -96,11 +96,19 @@ class _PublishTransport(SafeAckTransport):
     Channel = _PublishChannel
 
 
+class _Publisher(Celery):  # type: ignore[misc]
+    """Sends as no task's child: a call a task sends (a slot it handed on, a retry, a wake-up)
+    is not that task's child, so Flower never shows another call as its Parent (Celery would
+    take the parent and root ids from the task running on the sending thread)."""
+
+    current_worker_task = None
+
+
 def publisher_app(app: Celery) -> Celery:
     """A copy of ``app`` for sending only (tasks are sent by name): same broker, routes and
     serializers, with publish socket timeouts, and no result backend subscription per send
     (the waits use ``app``'s backend)."""
-    publisher = Celery(f"{app.main}-publisher", set_as_current=False)
+    publisher = _Publisher(f"{app.main}-publisher", set_as_current=False)
     conf: dict[str, Any] = {key: value for key, value in app.conf.items() if key.islower()}
     timeout = publish_attempt_timeout_s(app)
     transport = dict(conf.get("broker_transport_options") or {})

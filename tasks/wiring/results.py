@@ -211,3 +211,29 @@ class BoundaryCelery(Celery):  # type: ignore[misc]
     def _get_backend(self) -> Any:
         backend, url = by_url(self.backend_cls or self.conf.result_backend, self.loader)
         return record_backend_class(backend)(app=self, url=url)
+
+    def send_task(self, name: str, *args: Any, **options: Any) -> Any:
+        """Sends as Celery does; a task annotated ``send_events: False`` (the reaper's, unless
+        ``TOOL_BOUNDARY_REAP_EVENTS``) is sent without its task-sent event either."""
+        if name in _quiet_tasks(self) and options.get("event_dispatcher") is None:
+            options["event_dispatcher"] = _NoEvents()
+        return super().send_task(name, *args, **options)
+
+
+class _NoEvents:
+    """An event dispatcher that publishes nothing."""
+
+    def publish(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _quiet_tasks(app: Celery) -> set[str]:
+    """Tasks whose annotation turns their events off."""
+    annotations = app.conf.get("task_annotations")
+    if not isinstance(annotations, dict):
+        return set()
+    return {
+        name
+        for name, options in annotations.items()
+        if isinstance(options, dict) and options.get("send_events") is False
+    }

@@ -91,6 +91,9 @@ def _project_now(key: CanonicalKey) -> None:
     default_retry_delay=0,
     # Nothing of this step is worth storing, and a stored failure would carry a traceback.
     ignore_result=True,
+    # An attempt that ends without its call (cancelled under it, or taken over by another
+    # attempt) fails with the code only (``_attempt_failed``).
+    base=CodeOnlyFailures,
 )
 def execute_tool(
     task: Any, run_id: str, tool_call_id: str, attempt: int = 1
@@ -109,6 +112,7 @@ def execute_tool(
     key = key_of(run_id, tool_call_id)
     if key is None:
         return "INVALID_KEY"
+    failed: str | None = None
     try:
         runtime = worker_runtime()
         terms = attempt_terms()
@@ -141,11 +145,49 @@ def execute_tool(
             # without projecting again (no second project span or duration sample). A store
             # that could not say leaves it a whole project step.
             _chained_project_reports(task.request)
-        return executed.value
+        failed = _attempt_failed(runtime, key, attempt, executed)
+        if failed is None:
+            return executed.value
+        if failed == ErrorCode.CANCELLED.value:
+            task.request.chain = None  # this task reports it (the cancel revoked the other)
     except Exception as exc:
         # Only the type: the text may hold a URL or a payload.
         logger.error("execute %s failed: %s", key.identity, type(exc).__name__)
         return "FAILED"
+    # Raised outside any except block: no other exception rides along as its context.
+    raise ToolCallFailed(failed)
+
+
+#: The code of an execute task whose attempt another attempt took over (its worker was
+#: judged lost, or it timed out and was retried): not an ``ErrorCode``, the call goes on.
+SUPERSEDED = "SUPERSEDED"
+
+
+def _attempt_failed(
+    runtime: Runtime, key: CanonicalKey, attempt: int, executed: ExecuteResult
+) -> str | None:
+    """The code this execute task fails with (Flower's "Failed"), or ``None``: it succeeds.
+
+    - ``CANCELLED``: the call was cancelled while this attempt ran (the cancel revoked the
+      project task, so no other task reports it);
+    - ``SUPERSEDED``: another attempt has the call (this one was lost, or handed it on).
+
+    Any other seal is reported by the call's project task. One read, only after a step that
+    did not keep a raw response; a store that cannot say lets the task succeed as before.
+    """
+    if executed not in (ExecuteResult.SEALED, ExecuteResult.HANDED_ON):
+        return None
+    try:
+        record = runtime.store.get(key, with_raw=False)
+    except StoreError:
+        return None
+    if record is None:
+        return None
+    if executed is ExecuteResult.SEALED and record.error_code is ErrorCode.CANCELLED:
+        return ErrorCode.CANCELLED.value
+    if executed is ExecuteResult.HANDED_ON and record.attempt > attempt:
+        return SUPERSEDED
+    return None
 
 
 def _projected_in_line(runtime: Runtime, key: CanonicalKey, request: Any) -> ToolOutcome | None:

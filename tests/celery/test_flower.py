@@ -24,7 +24,8 @@ from celery import Celery
 from boundary import CanonicalKey, InvocationStatus, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
 from tasks.runtime import get_runtime
-from tasks.wiring.app import LONG_QUEUE, PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
+from tasks.settings import Settings
+from tasks.wiring.app import LONG_QUEUE, PROJECTIONS_QUEUE, REAP, TOOLS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.test_leaks_and_concurrency import wait_until_flower_sees_events
 from tests.celery.workers import celery_process
@@ -40,6 +41,7 @@ class Monitored:
     api: str
     boundary: ToolBoundary
     broker: redis.Redis
+    settings: Settings
 
 
 def get_json(url: str) -> Any:
@@ -95,7 +97,7 @@ def monitored(
             api = f"http://127.0.0.1:{port}/api"
             # Flower says it is up before its event receiver listens: calls until it sees one.
             wait_until_flower_sees_events(boundary, api)
-            yield Monitored(api, boundary, broker)
+            yield Monitored(api, boundary, broker, settings)
     finally:
         release_port(port)
         broker.flushdb()
@@ -212,3 +214,97 @@ def test_flowers_broker_api_counts_each_queues_messages(
     for call_id in ("flower-busy", "flower-tools-0", "flower-long-1"):
         outcome = monitored.boundary.outcome(RUN.run_id, call_id, timeout=WAIT_S)
         assert outcome.status is InvocationStatus.READY, call_id
+
+
+class HeldDispatcher:
+    """Records calls and never sends them (a test sends their messages itself)."""
+
+    def dispatch(self, key: CanonicalKey) -> None:
+        return None
+
+    def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
+        return None
+
+
+def task_info(monitored: Monitored, task_id: str) -> dict[str, Any]:
+    return get_json(f"{monitored.api}/task/info/{task_id}")  # type: ignore[no-any-return]
+
+
+def failed_with(monitored: Monitored, task_id: str, code: str) -> dict[str, Any]:
+    """Waits until Flower lists ``task_id`` among the failed tasks; returns its info."""
+
+    def listed() -> dict[str, Any] | None:
+        failed = get_json(f"{monitored.api}/tasks?state=FAILURE")
+        return task_info(monitored, task_id) if task_id in failed else None
+
+    info = wait_for(f"{task_id} listed as failed", listed)
+    assert info["state"] == "FAILURE"
+    assert info["exception"] == f"ToolCallFailed('{code}')"
+    assert not info.get("traceback")
+    return info
+
+
+def test_a_call_cancelled_while_its_tool_runs_is_a_failed_task(
+    monitored: Monitored, tmp_path: Path
+) -> None:
+    # Given a call whose tool runs
+    call(monitored, "flower-cancel", "sleepy", {"seconds": 2, "started": str(tmp_path / "on")})
+    wait_for("the tool to start", (tmp_path / "on").exists)
+    # When it is cancelled
+    outcome = monitored.boundary.cancel(RUN.run_id, "flower-cancel")
+    assert outcome.error_code is not None and outcome.error_code.value == "CANCELLED"
+    # Then Flower's failed tasks list its execute task, with the code only
+    failed_with(monitored, f"{RUN.run_id}:flower-cancel:execute", "CANCELLED")
+
+
+def test_an_attempt_another_attempt_took_over_is_a_failed_task(monitored: Monitored) -> None:
+    # Given a call whose first attempt was judged lost after it started: attempt 2 has it
+    runtime = get_runtime()
+    held = ToolBoundary(store=runtime.store, registry=runtime.registry, dispatcher=HeldDispatcher())
+    envelope = ToolCallEnvelope(
+        run_id=RUN.run_id, tool_call_id="flower-lost", tool_name="lookup", arguments={"query": "q"}
+    )
+    assert held.submit(envelope, RUN).accepted
+    key = CanonicalKey(run_id=RUN.run_id, tool_call_id="flower-lost")
+    assert runtime.store.claim(key, attempt=1, heartbeat_timeouts={}).record is not None
+    assert runtime.store.retry_attempt(key, attempt=1, reap_after_s=300, reap_grace_s=1) == 2
+    # When attempt 1's message comes back to a worker (a lost worker's unacknowledged one)
+    CeleryDispatcher(create_app(monitored.settings, name="tests_flower_lost")).send_attempt(
+        key, attempt=1, queue=TOOLS_QUEUE
+    )
+    # Then its execute task is listed as failed (it was SUCCESS 'HANDED_ON')
+    try:
+        failed_with(monitored, f"{RUN.run_id}:flower-lost:execute", "SUPERSEDED")
+    finally:
+        held.cancel(RUN.run_id, "flower-lost")
+
+
+def test_the_reapers_runs_stay_out_of_the_task_list(monitored: Monitored) -> None:
+    # Given a reaper run sent as beat sends it, that a worker ran
+    app = create_app(monitored.settings, name="tests_flower_reap")
+    sent = app.send_task(REAP)
+    assert isinstance(sent.get(timeout=WAIT_S), dict)
+    # And a call Flower saw after it
+    call(monitored, "flower-after-reap", "lookup", {"query": "q"})
+    task_id = f"{RUN.run_id}:flower-after-reap:execute"
+    wait_for("the call's task in Flower", lambda: task_info(monitored, task_id).get("name"))
+    # Then Flower knows no reaper task: no event of it was sent
+    assert get_json(f"{monitored.api}/tasks?taskname={REAP}") == {}
+    assert sent.id not in get_json(f"{monitored.api}/tasks")
+
+
+def test_a_call_handed_a_slot_by_another_shows_no_parent(monitored: Monitored) -> None:
+    # Given a tool limited to one call at once, and two calls of it: the second waits
+    call(monitored, "flower-slot-1", "narrow", {"ms": 800, "tag": "flower-parent"})
+    call(monitored, "flower-slot-2", "narrow", {"ms": 10, "tag": "flower-parent"})
+    for call_id in ("flower-slot-1", "flower-slot-2"):
+        outcome = monitored.boundary.outcome(RUN.run_id, call_id, timeout=WAIT_S)
+        assert outcome.status is InvocationStatus.READY, call_id
+    # When Flower shows the second call's execute task (sent by the first's worker task as
+    # it freed the slot)
+    task_id = f"{RUN.run_id}:flower-slot-2:execute"
+    info = wait_for("the second call's task", lambda: task_info(monitored, task_id).get("received"))
+    info = task_info(monitored, task_id)
+    # Then it names no parent: it is no task's child
+    assert info["parent_id"] is None, info["parent_id"]
+    assert info["root_id"] == task_id

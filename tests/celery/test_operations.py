@@ -88,7 +88,7 @@ def test_compose_workers_cover_both_queues_and_settings_are_real(compose: dict[s
 
 def procfile() -> dict[str, str]:
     lines = (ROOT / "Procfile").read_text().splitlines()
-    return dict(line.split(": ", 1) for line in lines if line.strip())
+    return dict(line.split(": ", 1) for line in lines if line.strip() and line[0] != "#")
 
 
 def test_procfile_has_the_same_processes_as_compose(compose: dict[str, Any]) -> None:

@@ -380,3 +380,63 @@ def test_show_prints_the_attempt_and_the_progress_of_a_running_call(
     assert (shown["attempt"], shown["progress"], shown["progress_message"]) == (1, 0.75, "nearly")
     assert shown["started_at"] and shown["heartbeat_at"]
     assert "nearly" in invoke("show", RUN_ID, "c4").stdout
+
+
+# --- at 80 columns ----------------------------------------------------------------------------
+
+#: A terminal's width the CLI's output must keep whole at.
+NARROW = 80
+
+
+def test_show_keeps_the_request_fingerprint_whole_at_80_columns(
+    env: None, a_run: None, store: RedisCanonicalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(NARROW))
+    record = store.get(key_of("c1"))
+    assert record is not None and record.request_sha256 is not None
+    result = invoke("show", RUN_ID, "c1")
+    assert result.exit_code == EXIT_OK, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= NARROW
+    # The 64 hex digits on one line, never folded mid-hash
+    assert any(record.request_sha256 in line for line in lines), result.stdout
+    assert "run_id" in result.stdout and "raw" in result.stdout  # the fields around it too
+
+
+def test_show_json_of_a_missing_call_prints_a_json_error(env: None, a_run: None) -> None:
+    result = invoke("show", RUN_ID, "nope", "--json")
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert json.loads(result.stdout) == {
+        "error": "RECORD_NOT_FOUND",
+        "run_id": RUN_ID,
+        "tool_call_id": "nope",
+    }
+    assert "RECORD_NOT_FOUND" in one_error_line(result)
+
+
+def test_watch_folds_a_long_message_at_80_columns_instead_of_cutting_it(
+    env: None, a_run: None, store: RedisCanonicalStore
+) -> None:
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from tasks.cli.watch import _bars, in_flight
+    from tasks.views import call_view
+
+    # Given a running call whose tool said something long
+    message = "reading partition 17 of 24 from the archive, 1.2 GB so far, 3 retries"
+    key = key_of("c4")
+    store.claim(key, attempt=1, heartbeat_timeouts={})
+    store.heartbeat(key, attempt=1, progress=0.4, message=message, heartbeat_timeout_s=None)
+    # When watch draws its bars at 80 columns
+    records = in_flight(store, RUN_ID)
+    now = datetime.now(UTC)
+    console = Console(width=NARROW, record=True, color_system=None, force_terminal=False)
+    console.print(_bars([call_view(r, now) for r in records], now, records))
+    drawn = console.export_text()
+    # Then every word of the message is there, whole, and nothing is wider than the terminal
+    assert max(len(line) for line in drawn.splitlines()) <= NARROW
+    words = drawn.split()
+    assert all(word in words for word in message.split()), drawn
+    assert "…" not in drawn

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -202,3 +203,51 @@ def test_a_heartbeat_to_a_paused_store_returns_and_the_tool_goes_on(
         "the call to end READY",
         patience=GIVE_UP_S,
     )
+
+
+#: A store client's socket (and connect) timeout longer than any wait of these tests: a read
+#: that waits for it ignored its caller's timeout (the defaults, 5 s and 2 s, are only a few
+#: seconds past a wait's).
+LONG_SOCKET_TIMEOUT_S = 120.0
+#: A wait this much past its timeout ignored it (it waited for the socket timeout): only a
+#: broken wait reaches it, never a slow machine. How late waits are is bench figures.
+IGNORED_S = 60.0
+
+
+@pytest.mark.parametrize("waiter", ["sync", "async"])
+def test_an_outcome_wait_on_a_paused_store_ends_by_its_own_timeout(
+    paused_setup: tuple[RedisServer, ToolBoundary], waiter: str
+) -> None:
+    server, boundary = paused_setup
+    # Given a running call, and a boundary whose store client would wait for a silent Redis
+    # far longer than the caller's timeout
+    assert boundary.submit(envelope("c1"), make_run()).accepted
+    assert RUNNING.wait(GIVE_UP_S)
+    slow = RedisCanonicalStore.from_url(
+        server.url,
+        ttl_s=600,
+        socket_timeout=LONG_SOCKET_TIMEOUT_S,
+        socket_connect_timeout=LONG_SOCKET_TIMEOUT_S,
+    )
+    waiting = ToolBoundary(
+        store=slow,
+        registry=boundary.registry,
+        dispatcher=InProcessDispatcher(slow, boundary.registry),
+    )
+    assert waiting.outcome("run-1", "c1", timeout=0).pending
+
+    def wait() -> tuple[Any, float]:
+        started = time.monotonic()
+        if waiter == "sync":
+            outcome = waiting.outcome("run-1", "c1", timeout=1.0)
+        else:
+            outcome = asyncio.run(waiting.aoutcome("run-1", "c1", timeout=1.0))
+        return outcome, time.monotonic() - started
+
+    # When its outcome is awaited for 1 s while the store answers nothing
+    outcome, took = returns_while_paused(server, wait)
+    # Then the wait ends on its own timeout, answering STORE_UNAVAILABLE: not on the client's
+    # socket timeout
+    assert outcome.error_code is ErrorCode.STORE_UNAVAILABLE
+    assert took < IGNORED_S, f"the wait ignored its timeout: {took:.1f} s"
+    print(f"{waiter} outcome(timeout=1) on a paused store returned after {took:.2f} s")

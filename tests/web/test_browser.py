@@ -66,10 +66,12 @@ def test_a_running_calls_progress_rises_without_a_reload(
         page.goto(f"{web.base}/runs/{RUN.run_id}")
         page.evaluate("window.__notReloaded = true")
         bar = '[id="call-web-live"] progress'
-        page.wait_for_function(f"document.querySelector('{bar}').value > 0", timeout=WAIT_MS)
+        page.wait_for_function(f"() => document.querySelector('{bar}').value > 0", timeout=WAIT_MS)
         first = progress_of(page, "web-live")
         # Then the bar rises as the tool reports, with its message, and the page never reloads
-        page.wait_for_function(f"document.querySelector('{bar}').value > {first}", timeout=WAIT_MS)
+        page.wait_for_function(
+            f"() => document.querySelector('{bar}').value > {first}", timeout=WAIT_MS
+        )
         assert progress_of(page, "web-live") > first
         assert page.evaluate("window.__notReloaded") is True
         message = page.text_content('[id="call-web-live"] [data-field="message"]')
@@ -84,7 +86,7 @@ def test_a_running_calls_progress_rises_without_a_reload(
         celery_boundary.cancel(RUN.run_id, "web-live")
         status = '[id="call-web-live"] [data-field="status"]'
         page.wait_for_function(
-            f"document.querySelector('{status}').textContent === 'ERROR'", timeout=WAIT_MS
+            f"() => document.querySelector('{status}').textContent === 'ERROR'", timeout=WAIT_MS
         )
         assert page.is_hidden('[id="call-web-live"] progress')
         assert page.evaluate("window.__notReloaded") is True
@@ -111,7 +113,10 @@ def test_cancel_works_without_javascript_and_the_tool_stops(
         page.click('[id="call-web-cancel"] form.cancel button')
         page.wait_for_load_state()
         # Then the page that comes back shows it ended CANCELLED
-        assert page.url.endswith(f"/runs/{RUN.run_id}?cancel=CANCELLED")
+        assert page.url.endswith(
+            f"/runs/{RUN.run_id}?cancel=CANCELLED&call=web-cancel#cancel-notice"
+        )
+        assert "web-cancel was cancelled" in (page.text_content("#cancel-notice") or "")
         row = '[id="call-web-cancel"]'
         assert page.text_content(f'{row} [data-field="status"]') == "ERROR"
         assert page.text_content(f'{row} [data-field="detail"]') == "CANCELLED"
@@ -129,6 +134,54 @@ def test_cancel_works_without_javascript_and_the_tool_stops(
     assert exit_file.read_text() == "cancelled"
     ran = len(list(steps.glob("web-cancel-1-[0-9]*")))
     assert ran < 80
+
+
+def test_no_page_can_be_framed_and_no_page_breaks_its_policy(
+    celery_boundary: ToolBoundary, web: Served, browser: Any
+) -> None:
+    # Given a run with a call in flight (its page runs the live script)
+    start(celery_boundary, "web-frame", steps=40, step_s=0.2)
+    context = browser.new_context(viewport=LAPTOP_AT_80)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    try:
+        # When every page is loaded, with its script and stylesheet
+        for path in (
+            "/",
+            "/limits",
+            f"/runs/{RUN.run_id}",
+            f"/runs/{RUN.run_id}/calls/web-frame",
+        ):
+            page.goto(web.base + path)
+            page.wait_for_load_state("load")
+        page.goto(f"{web.base}/runs/{RUN.run_id}")
+        page.wait_for_selector("#live-note:not([hidden])", timeout=WAIT_MS)
+        # Then nothing was refused by the pages' Content-Security-Policy, nothing failed (not
+        # even the favicon the browser asks for)
+        assert not [p for p in problems if "Content Security Policy" in p], problems
+        assert not [p for p in problems if "404" in p], problems
+        # When a page of another origin (another port of this host) frames the run's page
+        framer = f"http://127.0.0.1:{web.port + 1}/framer"
+        page.route(
+            framer,
+            lambda route: route.fulfill(
+                content_type="text/html",
+                body=f'<!doctype html><iframe id="f" src="{web.base}/runs/{RUN.run_id}"></iframe>',
+            ),
+        )
+        page.goto(framer)
+        page.wait_for_load_state("load")
+        # Then the browser refused to show it: the frame holds no page of the web view
+        frames = [f for f in page.frames if f != page.main_frame]
+        assert len(frames) == 1
+        content = frames[0].content()
+        assert "Cancel" not in content and "tool-boundary" not in content
+        assert frames[0].url.startswith("chrome-error://"), frames[0].url
+    finally:
+        context.close()
+        celery_boundary.cancel(RUN.run_id, "web-frame")
 
 
 @pytest.mark.parametrize("viewport", [PHONE, LAPTOP_AT_80], ids=["phone", "laptop-80%"])

@@ -230,7 +230,9 @@ def test_cancel_needs_the_forms_csrf_token_and_ends_the_call_cancelled(
         done = fetch(served.base + action, data=f"csrf={csrf.group(1)}&back=run".encode())
         # Then the call ends CANCELLED and the browser goes back to the run
         assert done.status == 303
-        assert done.headers["location"] == f"/runs/{RUN.run_id}?cancel=CANCELLED"
+        assert done.headers["location"] == (
+            f"/runs/{RUN.run_id}?cancel=CANCELLED&call=held-1#cancel-notice"
+        )
     record = store.get(key)
     assert record is not None and record.error_code is ErrorCode.CANCELLED
 

@@ -5,6 +5,9 @@
   if (!main || !window.EventSource) return;
   var note = document.getElementById("live-note");
   var fresh = document.getElementById("new-calls");
+  // A call's page follows that call only; it says so when the call ends.
+  var only = main.getAttribute("data-call");
+  var ended = document.getElementById("call-ended");
 
   function duration(s) {
     if (s === null || s === undefined) return "-";
@@ -52,7 +55,11 @@
     var data = JSON.parse(event.data);
     if (!data.calls) return;
     var unknown = 0;
-    data.calls.forEach(function (c) { if (!update(c)) unknown += 1; });
+    data.calls.forEach(function (c) {
+      if (only !== null && c.tool_call_id !== only) return;
+      if (!update(c)) unknown += 1;
+      if (ended && c.status !== "PROJECTING") ended.hidden = false;
+    });
     if (note) note.hidden = false;
     if (fresh) fresh.hidden = unknown === 0;
   });
