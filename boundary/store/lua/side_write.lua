@@ -6,14 +6,16 @@
 -- ARGV[1] = created_at (epoch ms) of the record the projection was made from
 -- ARGV[2..] = field, value pairs of the side projection
 --
--- The side projection expires with its record: its TTL is the record's remaining TTL, read
--- in this script (never extended past it).
+-- The side projection expires with its record: its expiry is the record's own (PEXPIRETIME,
+-- read in this script, set with PEXPIREAT: never past it).
 --
 -- Returns (CODE, _prelude.lua) OK written; MISSING the record is gone (or has no expiry: not
 -- ours); REPLACED the record under these ids is another call (created at another time).
 
-local pttl = redis.call("PTTL", KEYS[1])
-if pttl <= 0 then
+-- The record's absolute expiry (ms), copied as it is: a remaining TTL (PTTL) read and then
+-- set (PEXPIRE) can land a millisecond after the record's (seen once in a suite run).
+local expires_at = redis.call("PEXPIRETIME", KEYS[1])
+if expires_at <= 0 then
   return CODE.MISSING
 end
 if redis.call("HGET", KEYS[1], "created_at") ~= ARGV[1] then
@@ -21,5 +23,5 @@ if redis.call("HGET", KEYS[1], "created_at") ~= ARGV[1] then
 end
 redis.call("DEL", KEYS[2])
 redis.call("HSET", KEYS[2], unpack(ARGV, 2))
-redis.call("PEXPIRE", KEYS[2], pttl)
+redis.call("PEXPIREAT", KEYS[2], expires_at)
 return CODE.OK
