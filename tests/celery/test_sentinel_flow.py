@@ -6,7 +6,6 @@ their executions in the test's plain Redis.)"""
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
@@ -139,8 +138,9 @@ def test_a_limited_tool_s_calls_all_end_and_free_their_slots_across_a_sentinel_f
                 assert time.monotonic() < give_up, "no call ever ran"
                 time.sleep(0.05)
             # When the master is killed
-            old_master = setup.master.port
-            setup.master.stop(signal.SIGKILL)
+            master = setup.master()
+            old_master = master.port
+            master.kill()
             while True:
                 try:
                     if setup.master_port() != old_master:
