@@ -27,6 +27,7 @@ lock.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import secrets
@@ -243,10 +244,8 @@ _SEAL_TERMS: Any = {
 }
 
 
-def _drive(
-    server_url: str, batch: int, mode: str, message: bytes, until: float, counts: Any, n: int
-) -> None:
-    driver = Driver(server_url, batch, mode, message)
+def _drive(make: Callable[[], Any], until: float, counts: Any, n: int) -> None:
+    driver = make()
     round_no = 0
     while time.time() < until:
         driver.round(round_no)
@@ -254,19 +253,18 @@ def _drive(
         counts[n] = driver.calls
 
 
-def measure(
-    server_url: str, processes: int, seconds: float, batch: int, mode: str, message: bytes
+def run_drivers(
+    server_url: str, processes: int, seconds: float, make: Callable[[], Any]
 ) -> dict[str, Any]:
-    """``processes`` drivers for ``seconds`` (after ``WARMUP_S``): calls/s and Redis CPU."""
+    """``processes`` drivers (each ``make()``, in a forked process) for ``seconds`` (after
+    ``WARMUP_S``): calls/s and Redis CPU. A driver has ``round(n)`` and counts its ``calls``."""
     server = redis.Redis.from_url(server_url)
     context = multiprocessing.get_context("fork")
     counts = context.Array("q", processes)
     began = time.time()
     until = began + WARMUP_S + seconds
     workers = [
-        context.Process(
-            target=_drive, args=(server_url, batch, mode, message, until, counts, n), daemon=True
-        )
+        context.Process(target=_drive, args=(make, until, counts, n), daemon=True)
         for n in range(processes)
     ]
     for worker in workers:
@@ -290,6 +288,14 @@ def measure(
         "redis_busy": redis_cpu / wall,
         "ceiling_calls_per_s": 1000 / per_call_ms if calls else float("nan"),
     }
+
+
+def measure(
+    server_url: str, processes: int, seconds: float, batch: int, mode: str, message: bytes
+) -> dict[str, Any]:
+    """``processes`` drivers of ``batch`` calls a round for ``seconds``: calls/s, Redis CPU."""
+    make = functools.partial(Driver, server_url, batch, mode, message)
+    return run_drivers(server_url, processes, seconds, make)
 
 
 def task_message(server_url: str) -> bytes:

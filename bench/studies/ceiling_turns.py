@@ -16,10 +16,9 @@ before and after, under the bench's lock.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import multiprocessing
 import sys
-import time
 from typing import Any
 
 import redis
@@ -28,14 +27,13 @@ from bench.peers.tools import NOOP
 from bench.studies.ceiling import (
     REQUEST,
     SECONDS,
-    WARMUP_S,
     Driver,
     Step,
+    run_drivers,
     task_message,
 )
 from bench.studies.ceiling import measure as measure_singles
 from bench.suite.config import BROKER_DB, DEFAULT_REDIS_URL, STORE_DB, db_url
-from bench.suite.cpu import server_cpu_s
 from bench.suite.lock import exclusive
 from bench.suite.meta import commit, load
 from boundary.models import CanonicalKey
@@ -97,54 +95,12 @@ class TurnDriver(Driver):
             self.hear(1)
 
 
-def _drive(
-    server_url: str, turn: int, mode: str, message: bytes, until: float, counts: Any, n: int
-) -> None:
-    driver = TurnDriver(server_url, turn, mode, message)
-    round_no = 0
-    while time.time() < until:
-        driver.round(round_no)
-        round_no += 1
-        counts[n] = driver.calls
-
-
 def measure(
     server_url: str, processes: int, seconds: float, turn: int, mode: str, message: bytes
 ) -> dict[str, Any]:
     """``processes`` turn drivers for ``seconds`` (after ``WARMUP_S``): calls/s and Redis CPU."""
-    server = redis.Redis.from_url(server_url)
-    context = multiprocessing.get_context("fork")
-    counts = context.Array("q", processes)
-    began = time.time()
-    until = began + WARMUP_S + seconds
-    workers = [
-        context.Process(
-            target=_drive, args=(server_url, turn, mode, message, until, counts, n), daemon=True
-        )
-        for n in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    time.sleep(max(0.0, began + WARMUP_S - time.time()))
-    calls_before, cpu_before, wall_before = sum(counts), server_cpu_s(server), time.time()
-    time.sleep(max(0.0, until - time.time()))
-    calls_after, cpu_after, wall_after = sum(counts), server_cpu_s(server), time.time()
-    for worker in workers:
-        worker.join(timeout=60)
-    if any(worker.exitcode != 0 for worker in workers):
-        raise RuntimeError("a driver failed")
-    calls, wall = calls_after - calls_before, wall_after - wall_before
-    redis_cpu = (cpu_after or 0.0) - (cpu_before or 0.0)
-    per_call_ms = redis_cpu * 1000 / calls if calls else float("nan")
-    return {
-        "processes": processes,
-        "turn": turn,
-        "calls": calls,
-        "calls_per_s": calls / wall,
-        "redis_cpu_ms_per_call": per_call_ms,
-        "redis_busy": redis_cpu / wall,
-        "ceiling_calls_per_s": 1000 / per_call_ms if calls else float("nan"),
-    }
+    make = functools.partial(TurnDriver, server_url, turn, mode, message)
+    return {"turn": turn, **run_drivers(server_url, processes, seconds, make)}
 
 
 def main(argv: list[str] | None = None) -> int:
