@@ -288,3 +288,24 @@ def test_a_waiter_woken_by_the_seal_message_does_not_read_the_record_again(
     reads.clear()
     late = boundary.outcome(key.run_id, key.tool_call_id, timeout=LONG_S)
     assert late == outcome and reads == ["ERROR"]
+
+
+def test_a_project_tasks_async_result_woken_by_the_seal_message_reads_no_more(
+    store: RedisCanonicalStore, record_app: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = create_projecting(store, "c1")
+    seen: list[str] = []  # the status each read of the record saw
+    read = store.get
+
+    def counted(k: CanonicalKey, **kw: object) -> object:
+        got = read(k, **kw)  # type: ignore[arg-type]
+        seen.append(got.status.value if got is not None else "MISSING")
+        return got
+
+    monkeypatch.setattr(store, "get", counted)
+    result = record_app.AsyncResult(key.task_id("project"))  # type: ignore[attr-defined]
+    threading.Timer(0.2, _ready, args=(store, key)).start()
+    value = result.get(timeout=LONG_S)
+    # The seal message's outcome, with no read after it
+    assert value["status"] == "READY" and value["tool_call_id"] == "c1"
+    assert seen and set(seen) == {"PROJECTING"}
