@@ -24,6 +24,7 @@ from boundary.call_steps import (
     dispatch_failed,
     give_up_at,
     key_of,
+    outcome_from_message,
     prepare,
     refuse,
     rejected,
@@ -46,6 +47,7 @@ from boundary.models import (
 )
 from boundary.registry import ToolRegistry
 from boundary.store.base import AsyncStore
+from boundary.store.seal_message import SealMessage
 
 logger = logging.getLogger(__name__)
 
@@ -263,11 +265,21 @@ async def await_outcome(
                 if left is not None and left <= 0:
                     now = CallProgress.of(record) if progress is None else await progress(record)
                     return ToolOutcome.running(key.tool_call_id, now)
-                await watch.wait(RECHECK_S if left is None else min(left, RECHECK_S))
+                if await watch.wait(RECHECK_S if left is None else min(left, RECHECK_S)):
+                    # Woken by the call's seal message: it carries the outcome (no read).
+                    done = outcome_from_message(_sealed(watch), record)
+                    if done is not None:
+                        return done
                 # Seals come in bursts (one read of the notifier wakes every sealed call).
                 await admission().turn()
     except StoreError:
         return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+
+
+def _sealed(watch: Any) -> SealMessage | None:
+    """The watch's seal message (a store's watch without messages: ``None``, read)."""
+    sealed = getattr(watch, "sealed", None)
+    return None if sealed is None else sealed()
 
 
 async def _bounded_attach(store: AsyncStore, watch: Any, left: float | None) -> None:

@@ -35,6 +35,7 @@ from boundary.models import (
 from boundary.preflight import Rejected, preflight
 from boundary.registry import ToolRegistry
 from boundary.store.base import CanonicalStore, CreateResult, CreateStatus, CreateTerms
+from boundary.store.seal_message import SealMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,40 @@ def outcome_from_record(record: CanonicalRecord) -> ToolOutcome | None:
         return ToolOutcome.error(
             record.tool_call_id, record.error_code or ErrorCode.TOOL_EXECUTION_FAILED
         )
+    return None
+
+
+def outcome_from_message(
+    message: SealMessage | None, record: CanonicalRecord | None = None
+) -> ToolOutcome | None:
+    """The outcome a seal message carries (``seal_message.py``), as ``outcome_from_record``
+    would make it from the sealed record; ``None`` (read the record) when there is no
+    message, or it is not of ``record`` (the PROJECTING record the waiter read, if it read
+    one: another ``created_at`` is another call, an older attempt is not this call's now),
+    or it does not parse as a seal."""
+    if message is None:
+        return None
+    if record is not None and (
+        message.created_at_ms != round(record.created_at.timestamp() * 1000)
+        or message.attempt < record.attempt
+    ):
+        return None
+    try:
+        if message.status == InvocationStatus.READY.value:
+            evidence = EvidenceStatus(message.evidence_status)
+            if evidence is EvidenceStatus.ERROR or message.error_code:
+                return None
+            return ToolOutcome(
+                tool_call_id=message.tool_call_id,
+                status=InvocationStatus.READY,
+                evidence_status=evidence,
+                result=json.loads(message.agent_result) if message.agent_result else None,
+                scope=json.loads(message.scope) if message.scope else None,
+            )
+        if message.status == InvocationStatus.ERROR.value:
+            return ToolOutcome.error(message.tool_call_id, ErrorCode(message.error_code))
+    except (ValueError, ValidationError):
+        return None
     return None
 
 

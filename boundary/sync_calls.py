@@ -19,6 +19,7 @@ from boundary.call_steps import (
     dispatch_failed,
     give_up_at,
     key_of,
+    outcome_from_message,
     outcome_from_record,
     prepare,
     refuse,
@@ -342,10 +343,12 @@ def await_seal(
     """Waits on the record's seal notification until the monotonic time ``give_up``, with
     ``watch`` attached (subscribed, confirmed): reads the record (unless ``read_first`` is
     false: the subscription was confirmed before the record existed), then waits for a
-    message naming the call, reading the record again on one and at least every ``poll_s``
+    message naming the call: its seal message carries the outcome (``outcome_from_message``:
+    no read); any other wake-up reads the record again, as does every ``poll_s`` without one
     (a missed wake-up costs one slice, never a hang). The last read comes after the time
     is up, so a wait that runs out returns the real state."""
     read = read_first
+    record: CanonicalRecord | None = None
     while True:
         if read:
             state = _read(terms, key, give_up)
@@ -355,11 +358,16 @@ def await_seal(
         left = time_left(give_up)
         if left is not None and left <= 0:
             if read:
+                assert record is not None
                 return ToolOutcome.running(key.tool_call_id, progress_of(terms, record))
             read = True  # out of time before the first read: read once
             continue
         read = True
-        watch.wait(wait_slice(terms, left))
+        if watch.wait(wait_slice(terms, left)):
+            # Woken by the call's seal message: it carries the bounded outcome (no read).
+            done = outcome_from_message(watch.sealed(), record)
+            if done is not None:
+                return done
 
 
 def observe(terms: CallTerms, run_id: str, projector_version: str | None = None) -> ObservedFacts:

@@ -3,12 +3,12 @@
 Driver processes run the store's own steps for every call, the same Lua scripts with the same
 keys and arguments the store sends, one round trip each as the store sends them (``create``,
 ``claim``, ``store_raw``, the project step's read, ``seal`` with its Pub/Sub notification,
-the waiter's read). ``--batch B`` takes B calls together, each of their round trips in one
-pipeline: 1 (the default) costs the server what a fleet's clients cost it; more shows the
-server's work without the round trips' own cost. Each driver also waits the way a caller
-does: one Pub/Sub connection, subscribed to the channel of each run in flight
-(``SUBSCRIBE`` once a run, ``UNSUBSCRIBE`` when its calls are sealed), so every seal's
-``PUBLISH`` reaches a subscriber.
+which carries the outcome: the waiter reads nothing back). ``--batch B`` takes B calls
+together, each of their round trips in one pipeline: 1 (the default) costs the server what
+a fleet's clients cost it; more shows the server's work without the round trips' own cost.
+Each driver also waits the way a caller does: one Pub/Sub connection, subscribed to the
+channel of each run in flight (``SUBSCRIBE`` once a run, ``UNSUBSCRIBE`` when its calls are
+sealed), so every seal's ``PUBLISH`` reaches a subscriber.
 
 ``--modes full`` adds, per call, the broker's and the events' round trips of our Celery chain
 of two tasks on the same server (``Driver.task_steps``: per task 8 round trips, 12 commands,
@@ -113,7 +113,6 @@ class Driver:
             (self.store, self.store_raw),
             (self.store, self.project_read),
             (self.store, self.seal),
-            (self.store, self.waiter_read),
         ]
         if self.mode == "store":
             return store
@@ -121,7 +120,7 @@ class Driver:
         if self.mode == "inline":
             # TOOL_BOUNDARY_PROJECT_IN_LINE: one task; the project step runs on its thread
             # with the record handed over (no read back), before the task's success and ack.
-            return [*store[:1], *execute[:6], *store[1:3], *store[4:5], *execute[6:], *store[5:]]
+            return [*store[:1], *execute[:6], *store[1:3], *store[4:5], *execute[6:]]
         project = [(self.broker, step) for step in self.task_steps("project")]
         # The execute task is sent with the call and delivered before the claim; acked after
         # the raw write, when the project task is sent; the project task acked after the seal.
@@ -133,7 +132,6 @@ class Driver:
             *project[:6],
             *store[3:5],
             *project[6:],
-            *store[5:],
         ]
 
     def round(self, round_no: int) -> None:
@@ -170,10 +168,6 @@ class Driver:
     def seal(self, pipe: Any, key: CanonicalKey) -> None:
         run_keys, argv = seal_args(key, _SEAL_TERMS, now_ms=int(time.time() * 1000), index=True)
         self.scripts["seal"](keys=run_keys, args=argv, client=pipe)
-
-    def waiter_read(self, pipe: Any, key: CanonicalKey) -> None:
-        """The waiter's read of the sealed record."""
-        pipe.hgetall(keys.record_key(key))
 
     def hear(self, seals: int) -> None:
         """Reads ``seals`` seal notifications (the subscriptions' confirmations aside)."""

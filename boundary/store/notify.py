@@ -1,10 +1,12 @@
 """Seal notifications for asyncio waiters: ONE Pub/Sub connection per store and event loop.
 
-``seal.lua`` publishes a call's tool_call_id on its run's channel (``keys.sealed_channel``)
-once the record is sealed. A waiter watches its call, re-reads the record when woken, and
-the record decides. However many waiters (1,000 concurrent, cancelled, on the same or on
-different runs), they share one connection: each channel is subscribed once, while someone
-watches it, and unsubscribed when the last watcher leaves.
+``seal.lua`` publishes a call's bounded outcome, named by its tool_call_id
+(``seal_message.py``), on its run's channel (``keys.sealed_channel``) once the record is
+sealed. A waiter watches its call; woken by its seal message it has the outcome
+(``Watch.sealed``), woken otherwise it re-reads the record, and the record decides.
+However many waiters (1,000 concurrent, cancelled, on the same or on different runs),
+they share one connection: each channel is subscribed once, while someone watches it,
+and unsubscribed when the last watcher leaves.
 
 A subscription takes effect only when Redis confirms it; a seal published before that is
 not delivered. So a watch resolves its subscription first and the waiter reads the record
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from boundary.errors import StoreUnavailable
 from boundary.store.resp import PubSubLink, ReplyError
+from boundary.store.seal_message import SealMessage, call_of
 
 logger = logging.getLogger(__name__)
 
@@ -42,14 +46,15 @@ class _Channel:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         #: Resolved when Redis confirms the SUBSCRIBE (or the connection fails).
         self.confirmed: asyncio.Future[None] = loop.create_future()
-        #: tool_call_id -> futures of the waiters on that call.
-        self.waiters: dict[str, set[asyncio.Future[None]]] = {}
+        #: tool_call_id -> futures of the waiters on that call (resolved with the seal
+        #: message that woke them, or ``None`` for a lost connection).
+        self.waiters: dict[str, set[asyncio.Future[str | None]]] = {}
         self.users = 0
 
 
-def _wake(future: asyncio.Future[None]) -> None:
+def _wake(future: asyncio.Future[Any], message: str | None = None) -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(message)
 
 
 class SealNotifier:
@@ -141,8 +146,8 @@ class SealNotifier:
         if state is None:
             return
         if kind == "message":
-            for future in state.waiters.get(data, ()):
-                _wake(future)
+            for future in state.waiters.get(call_of(data), ()):
+                _wake(future, data)
         elif kind == "subscribe" and not state.confirmed.done():
             state.confirmed.set_result(None)
             if state.users == 0:
@@ -190,13 +195,18 @@ class Watch:
         self._channel = channel
         self._call = tool_call_id
         self._state: _Channel | None = None
-        self._future: asyncio.Future[None] | None = None
+        self._future: asyncio.Future[str | None] | None = None
         self._generation = -1
+        self._attached_at = 0.0
+        #: The seal message that last woke this watch (``None``: none).
+        self._message: str | None = None
 
     async def attach(self, timeout: float | None) -> None:
         """Subscribes (or joins the channel's subscription) and waits up to ``timeout`` for
         Redis to confirm it. Read the record after this, never before."""
         self._detach()
+        self._message = None
+        self._attached_at = time.monotonic()
         self._generation = self._notifier.generation
         state = await self._notifier.acquire(self._channel)
         self._state = state
@@ -219,12 +229,24 @@ class Watch:
         if not future.done():
             return False
         # Woken: the next wait needs a fresh future.
+        if not future.cancelled():
+            self._message = future.result()
         assert self._state is not None
         waiters = self._state.waiters.setdefault(self._call, set())
         waiters.discard(future)
         self._future = asyncio.get_running_loop().create_future()
         waiters.add(self._future)
         return True
+
+    def sealed(self) -> SealMessage | None:
+        """The call's seal message that last woke this watch, when it names the record
+        still under the call's key (``SealMessage.current``); else ``None`` (read it)."""
+        if self._message is None:
+            return None
+        message = SealMessage.parse(self._message)
+        if message is None or message.tool_call_id != self._call:
+            return None
+        return message if message.current(self._attached_at) else None
 
     def _detach(self) -> None:
         state, future = self._state, self._future

@@ -1,9 +1,11 @@
 """Seal notifications for waiting threads: ONE Pub/Sub connection per store and process.
 
-The sync twin of ``notify.py``. ``seal.lua`` publishes a call's tool_call_id on its run's
-channel (``keys.sealed_channel``) once the record is sealed. A waiting thread watches its
-call (``SyncSealNotifier.watch``): the watch subscribes the run's channel, or joins its
-subscription, and returns once Redis confirmed it; the waiter reads the record after that,
+The sync twin of ``notify.py``. ``seal.lua`` publishes a call's bounded outcome, named by its
+tool_call_id (``seal_message.py``), on its run's channel (``keys.sealed_channel``) once the
+record is sealed: a waiter woken by it needs no read (``SyncSealWatch.sealed``). A waiting
+thread watches its call (``SyncSealNotifier.watch``): the watch subscribes the run's
+channel, or joins its subscription, and returns once Redis confirmed it; the waiter reads
+the record after that,
 never before, so a seal is either seen by that read or delivered as a message.
 
 One reader thread owns the connection: it opens it (so a waiter never blocks on a connect
@@ -28,6 +30,8 @@ import threading
 import time
 from typing import Any
 
+from boundary.store.seal_message import SealMessage, call_of
+
 logger = logging.getLogger(__name__)
 
 #: Seconds a channel with no watcher stays subscribed (the next call of a run that an agent
@@ -41,6 +45,14 @@ NOTIFY_CLIENT_NAME = "tb-seal-notify"
 READ_STEP_S = 0.5
 
 
+class _Wake(threading.Event):
+    """A waiter's event, and the last seal message that set it (``None``: none yet)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.message: str | None = None
+
+
 class _Channel:
     """One subscribed (or subscribing) channel and the events of the calls watched on it."""
 
@@ -48,7 +60,7 @@ class _Channel:
 
     def __init__(self) -> None:
         self.confirmed = threading.Event()
-        self.waiters: dict[str, set[threading.Event]] = {}
+        self.waiters: dict[str, set[_Wake]] = {}
         self.users = 0
         self.idle_since: float | None = None
 
@@ -86,7 +98,7 @@ class SyncSealNotifier:
 
     # -- used by watches, under no lock of theirs --
 
-    def _acquire(self, channel: str, tool_call_id: str, event: threading.Event) -> _Channel:
+    def _acquire(self, channel: str, tool_call_id: str, event: _Wake) -> _Channel:
         with self._lock:
             if self._pid != os.getpid():
                 # A forked child: the parent's connection and reader are not ours.
@@ -106,7 +118,7 @@ class SyncSealNotifier:
                 self._reader.start()
             return state
 
-    def _join(self, channel: str, tool_call_id: str, event: threading.Event) -> _Channel | None:
+    def _join(self, channel: str, tool_call_id: str, event: _Wake) -> _Channel | None:
         """``_acquire`` of a channel already confirmed on a live connection, else ``None``."""
         with self._lock:
             state = self._channels.get(channel)
@@ -122,9 +134,7 @@ class SyncSealNotifier:
             state.waiters.setdefault(tool_call_id, set()).add(event)
             return state
 
-    def _release(
-        self, channel: str, state: _Channel, tool_call_id: str, event: threading.Event
-    ) -> None:
+    def _release(self, channel: str, state: _Channel, tool_call_id: str, event: _Wake) -> None:
         with self._lock:
             events = state.waiters.get(tool_call_id)
             if events is not None:
@@ -174,7 +184,8 @@ class SyncSealNotifier:
             if state is None:
                 return
             if kind == "message":
-                for event in state.waiters.get(data, ()):
+                for event in state.waiters.get(call_of(data), ()):
+                    event.message = data
                     event.set()
             elif kind == "subscribe":
                 state.confirmed.set()
@@ -228,7 +239,7 @@ class SyncSealWatch:
         self._notifier = notifier
         self._channel = channel
         self._call = tool_call_id
-        self._event = threading.Event()
+        self._event = _Wake()
         self._state: _Channel | None = None
         self._generation = -1
         self._attached_at = 0.0
@@ -238,6 +249,7 @@ class SyncSealWatch:
         Redis to confirm it. True when confirmed. Read the record after this, never before."""
         self._detach()
         self._event.clear()
+        self._event.message = None
         self._attached_at = time.monotonic()
         self._generation = self._notifier.generation
         state = self._notifier._acquire(self._channel, self._call, self._event)
@@ -249,6 +261,7 @@ class SyncSealWatch:
         the run is there, or it lingers): no round trip. False, and nothing done, else."""
         self._detach()
         self._event.clear()
+        self._event.message = None
         self._attached_at = time.monotonic()
         self._generation = self._notifier.generation
         state = self._notifier._join(self._channel, self._call, self._event)
@@ -269,6 +282,17 @@ class SyncSealWatch:
         woken = self._event.wait(timeout)
         self._event.clear()
         return woken
+
+    def sealed(self) -> SealMessage | None:
+        """The call's seal message that last woke this watch, when it names the record
+        still under the call's key (``SealMessage.current``); else ``None`` (read it)."""
+        data = self._event.message
+        if data is None:
+            return None
+        message = SealMessage.parse(data)
+        if message is None or message.tool_call_id != self._call:
+            return None
+        return message if message.current(self._attached_at) else None
 
     def _detach(self) -> None:
         state, self._state = self._state, None

@@ -31,7 +31,8 @@ from celery.app.backends import by_url
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from pydantic import ValidationError
 
-from boundary import CanonicalKey, RedisCanonicalStore
+from boundary import CanonicalKey, CanonicalRecord, RedisCanonicalStore, ToolOutcome
+from boundary.call_steps import outcome_from_message
 from boundary.steps import outcome_from_record
 from tasks.settings import Settings
 from tasks.wiring.failures import ToolCallFailed
@@ -95,6 +96,16 @@ def _meta(task_id: str, status: str, result: Any) -> dict[str, Any]:
     }
 
 
+def _outcome_meta(key: CanonicalKey, outcome: ToolOutcome | None) -> dict[str, Any]:
+    """The project task's Celery meta for the call's outcome (``None``: still PROJECTING)."""
+    task_id = key.task_id("project")
+    if outcome is None:
+        return _meta(task_id, states.PENDING, None)
+    if outcome.error_code is not None:
+        return _meta(task_id, states.FAILURE, ToolCallFailed(outcome.error_code.value))
+    return _meta(task_id, states.SUCCESS, outcome.model_dump(mode="json"))
+
+
 class RecordResults:
     """Mixed into a Celery result backend: project task ids are answered from the record."""
 
@@ -102,14 +113,13 @@ class RecordResults:
 
     def record_meta(self, key: CanonicalKey) -> dict[str, Any]:
         """The project task's Celery meta, as the record now says."""
-        task_id = key.task_id("project")
+        return self._read_meta(key)[0]
+
+    def _read_meta(self, key: CanonicalKey) -> tuple[dict[str, Any], CanonicalRecord | None]:
+        """``record_meta`` and the record it was made from."""
         record = record_store(self.app).get(key, with_raw=False)
         outcome = None if record is None else outcome_from_record(record)
-        if outcome is None:
-            return _meta(task_id, states.PENDING, None)
-        if outcome.error_code is not None:
-            return _meta(task_id, states.FAILURE, ToolCallFailed(outcome.error_code.value))
-        return _meta(task_id, states.SUCCESS, outcome.model_dump(mode="json"))
+        return _outcome_meta(key, outcome), record
 
     def wait_record(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
         """The project task's meta once the record is sealed, waiting at most ``timeout``
@@ -130,7 +140,7 @@ class RecordResults:
             if watch is not None:
                 watch.attach(max(left(), 0.0))
             while True:
-                meta = self.record_meta(key)
+                meta, record = self._read_meta(key)
                 if meta["status"] in states.READY_STATES:
                     return meta
                 step = left()
@@ -138,8 +148,11 @@ class RecordResults:
                     return None
                 if watch is None:
                     time.sleep(min(step, POLL_S))
-                else:
-                    watch.wait(step)
+                elif watch.wait(step):
+                    # Woken by the call's seal message: it carries the outcome (no read).
+                    outcome = outcome_from_message(watch.sealed(), record)
+                    if outcome is not None:
+                        return _outcome_meta(key, outcome)
         finally:
             if watch is not None:
                 watch.__exit__()

@@ -27,7 +27,16 @@ from boundary.errors import RETRYABLE_CODES
 from boundary.models import PENDING_TEXT
 from boundary.store import keys
 from boundary.store.aio import NOTIFY_CLIENT_NAME
-from tests.helpers import RUN_ID, FakeTool, envelope, is_running, key_of, make_run, register
+from tests.helpers import (
+    RUN_ID,
+    FakeTool,
+    create_projecting,
+    envelope,
+    is_running,
+    key_of,
+    make_run,
+    register,
+)
 
 T = TypeVar("T")
 
@@ -236,3 +245,31 @@ def test_outcome_text_for_a_model_is_stable_and_holds_nothing_else() -> None:
         again = ToolOutcome.model_validate_json(outcome.model_dump_json())
         assert again == outcome
         assert again.as_text() == outcome.as_text()
+
+
+def test_an_async_waiter_woken_by_the_seal_message_does_not_read_the_record_again(
+    background: ToolBoundary, store: RedisCanonicalStore
+) -> None:
+    # Given a PROJECTING call (written straight through the store: nothing runs it)
+    key = create_projecting(store, "c1")
+    seen: list[str] = []  # the status each async read of the record saw
+
+    async def body() -> ToolOutcome:
+        astore = background._aio.store()  # the loop's async store, as aoutcome uses it
+        assert astore is not None
+        read = astore.get
+
+        async def counted(k: Any, **kw: Any) -> Any:
+            got = await read(k, **kw)
+            seen.append(got.status.value if got is not None else "MISSING")
+            return got
+
+        astore.get = counted  # type: ignore[method-assign]
+        # When it is sealed from another thread while waited on
+        threading.Timer(0.2, store.seal_error, args=(key, ErrorCode.TOOL_TIMEOUT)).start()
+        return await background.aoutcome(key.run_id, key.tool_call_id, timeout=30)
+
+    outcome = run_async(background, body)
+    # Then the outcome is the seal's, from its message: one read, before the seal
+    assert outcome.error_code is ErrorCode.TOOL_TIMEOUT and outcome.tool_call_id == "c1"
+    assert seen == ["PROJECTING"]

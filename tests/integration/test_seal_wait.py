@@ -19,7 +19,9 @@ from boundary import (
     ToolBoundary,
     ToolRegistry,
 )
+from boundary.call_steps import outcome_from_message, outcome_from_record
 from boundary.store import keys
+from boundary.store.seal_message import SealMessage
 from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier
 from tasks.wiring.app import create_app
 from tasks.wiring.failures import ToolCallFailed
@@ -223,3 +225,87 @@ def test_invoke_watches_the_seal_from_before_the_call_exists(
     # And a call refused at preflight leaves no watch behind
     refused = boundary.invoke(envelope("bad", tool_name="nope"), run, timeout=LONG_S)
     assert refused.is_error
+
+
+def test_the_seal_message_carries_the_bounded_outcome_and_nothing_raw(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    # Given a call whose raw response holds a secret, subscribed on its run's channel
+    key = create_projecting(store, "c1")
+    secret = f"sk-{secrets.token_hex(8)}"
+    assert store.store_raw(key, f'{{"token":"{secret}"}}').value == "OK"
+    listener = redis_client.pubsub()
+    listener.subscribe(keys.sealed_channel(key.run_id))
+    assert listener.get_message(timeout=LONG_S)["type"] == "subscribe"  # type: ignore[index]
+    # When it is sealed READY with a bounded agent result and a scope
+    store.seal(
+        key,
+        evidence_status=EvidenceStatus.EVIDENCE_FOUND,
+        agent_result='{"answer":"line one\\nline two"}',
+        scope='{"kind":"web"}',
+    )
+    message = listener.get_message(timeout=LONG_S)
+    listener.close()
+    assert message is not None and message["type"] == "message"
+    data = str(message["data"])
+    # Then the message is the outcome the sealed record gives, and nothing raw
+    assert secret not in data and "tb:" not in data
+    parsed = SealMessage.parse(data)
+    assert parsed is not None and parsed.tool_call_id == "c1"
+    record = store.get(key, with_raw=False)
+    assert record is not None
+    from_record = outcome_from_record(record)
+    assert outcome_from_message(parsed, record) == from_record
+    assert from_record is not None and from_record.result == {"answer": "line one\nline two"}
+    # And a message is not trusted for a record created at another time, or one that may
+    # have expired and been created again since the waiter subscribed
+    other = record.model_copy(update={"created_at": record.created_at.replace(year=2001)})
+    assert outcome_from_message(parsed, other) is None
+    assert not parsed.current(watching_since=-parsed.ttl_ms / 1000.0, now=0.0)
+
+
+def test_a_waiter_woken_by_the_seal_message_does_not_read_the_record_again(
+    store: RedisCanonicalStore, registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    boundary = ToolBoundary(store=store, registry=registry, dispatcher=_SealWaiting())
+    key = create_projecting(store, "c1")
+    reads: list[str] = []  # the status each read of the record saw
+    read = store.get
+
+    def counted(k: CanonicalKey, **kw: object) -> object:
+        got = read(k, **kw)  # type: ignore[arg-type]
+        reads.append(got.status.value if got is not None else "MISSING")
+        return got
+
+    monkeypatch.setattr(store, "get", counted)
+    # Sealed ERROR while waited on: the outcome comes from the message
+    threading.Timer(0.2, store.seal_error, args=(key, ErrorCode.TOOL_TIMEOUT)).start()
+    outcome = boundary.outcome(key.run_id, key.tool_call_id, timeout=LONG_S)
+    assert outcome.error_code is ErrorCode.TOOL_TIMEOUT and outcome.tool_call_id == "c1"
+    # Reads before and after subscribing saw it PROJECTING; none after the message
+    assert reads == ["PROJECTING", "PROJECTING"]
+    # A late waiter (the seal came before it looked) still gets it, from its read
+    reads.clear()
+    late = boundary.outcome(key.run_id, key.tool_call_id, timeout=LONG_S)
+    assert late == outcome and reads == ["ERROR"]
+
+
+def test_a_project_tasks_async_result_woken_by_the_seal_message_reads_no_more(
+    store: RedisCanonicalStore, record_app: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = create_projecting(store, "c1")
+    seen: list[str] = []  # the status each read of the record saw
+    read = store.get
+
+    def counted(k: CanonicalKey, **kw: object) -> object:
+        got = read(k, **kw)  # type: ignore[arg-type]
+        seen.append(got.status.value if got is not None else "MISSING")
+        return got
+
+    monkeypatch.setattr(store, "get", counted)
+    result = record_app.AsyncResult(key.task_id("project"))  # type: ignore[attr-defined]
+    threading.Timer(0.2, _ready, args=(store, key)).start()
+    value = result.get(timeout=LONG_S)
+    # The seal message's outcome, with no read after it
+    assert value["status"] == "READY" and value["tool_call_id"] == "c1"
+    assert seen and set(seen) == {"PROJECTING"}

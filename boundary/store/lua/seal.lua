@@ -17,7 +17,8 @@
 -- ARGV[7] = identity (run_id:tool_call_id)
 -- ARGV[8] = diagnostic (JSON: exception type and frame, never a message), or "" for none
 -- ARGV[9] = channel to announce the seal on (tb:{run}:sealed), or absent/"" for none
--- ARGV[10] = tool_call_id, the message published on ARGV[9]
+-- ARGV[10] = tool_call_id, the first line of the message published on ARGV[9] (the call's
+--            bounded outcome: boundary/store/seal_message.py)
 -- ARGV[11] = created_at (epoch ms) of the record the caller read, or absent/"" for any: a
 --            record under the same ids created at another time is another call's
 -- ARGV[12] = the attempt sealing it (its fencing token), or absent/"" for no fence: a seal
@@ -114,8 +115,12 @@ end
 if pttl > 0 and redis.call("PTTL", KEYS[2]) < pttl then
   redis.call("PEXPIRE", KEYS[2], pttl)
 end
--- Last, once the record says READY/ERROR: a waiter woken by this reads the sealed record.
+-- Last, once the record says READY/ERROR: the bounded outcome, so a waiter needs no read
+-- (seal_message.py: id, TTL, created_at, attempt, status, evidence, code, scope, result).
 if ARGV[9] and ARGV[9] ~= "" then
-  redis.call("PUBLISH", ARGV[9], ARGV[10])
+  local sealed = redis.call("HMGET", KEYS[1], "created_at", "agent_result", "scope")
+  redis.call("PUBLISH", ARGV[9], table.concat({
+    ARGV[10], pttl, sealed[1] or "", attempt_of(KEYS[1]), status, evidence, code,
+    sealed[3] or "", sealed[2] or ""}, "\n"))
 end
 return {CODE.OK, redis.call("HGET", KEYS[1], "tool_name") or "", attempt_of(KEYS[1])}
