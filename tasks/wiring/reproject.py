@@ -5,6 +5,7 @@ chunk's one result comes back. The CLI's ``reproject`` command and the bench use
 
 from __future__ import annotations
 
+import json
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -153,7 +154,7 @@ class _Batch:
             result.forget()
         except Exception:
             raise ReprojectError("result backend") from None
-        values = value if arrived and isinstance(value, list) else []
+        values = _values(value) if arrived else []
         lines = [
             _line(run_id, values[n] if n < len(values) else None, arrived)
             for n, run_id in enumerate(chunk.run_ids)
@@ -161,6 +162,17 @@ class _Batch:
         for _ in lines:
             self.on_done()
         return lines
+
+
+def _values(value: Any) -> list[Any]:
+    """A chunk's lines: ``project_runs`` answers their JSON text (a worker of an older
+    version, the list itself); anything else holds none."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    return value if isinstance(value, list) else []
 
 
 def _line(run_id: str, value: Any, arrived: bool) -> dict[str, Any]:

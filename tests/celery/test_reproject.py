@@ -136,7 +136,7 @@ def test_project_runs_through_the_worker_gives_each_runs_line_in_order(
     chunk = ["run-b", "run-nobody", "run{x}", "run-a"]
 
     # When the chunk is projected by the worker as one task
-    lines = project_runs.delay(chunk).get(timeout=30)
+    lines = json.loads(project_runs.delay(chunk).get(timeout=30))
 
     # Then one line per id, in order: each what observe gives, the unsafe one an error
     store = local.store
@@ -160,7 +160,7 @@ def unreachable_store(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("unreachable_store")
 def test_project_runs_never_lets_a_store_failure_escape(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR):
-        lines = project_runs(["run-1", "run{2}"])
+        lines = json.loads(project_runs(["run-1", "run{2}"]))
 
     assert lines == [
         {"run_id": "run-1", "error": "STORE_UNAVAILABLE"},
