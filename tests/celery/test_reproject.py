@@ -261,6 +261,40 @@ def test_reprocessing_1000_runs_writes_1000_lines_and_changes_no_record(
     )
 
 
+def test_a_long_batch_keeps_no_collected_chunk_in_the_clients_result_buffer(
+    celery_boundary: ToolBoundary, local: ToolBoundary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run, reprocessed as many one-run chunks (their ids recorded as they are sent)
+    from tasks.wiring.app import app
+
+    write_run(local, "run-a")
+    sent: list[str] = []
+    send_task = app.send_task
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        result = send_task(*args, **kwargs)
+        sent.append(result.id)
+        return result
+
+    monkeypatch.setattr(app, "send_task", recorded)
+    buffered: list[int] = []
+
+    def drained() -> None:
+        # Each chunk's result message, when the chunk was read from its key first, comes in
+        # at the client's next wait: take it in now, and count what the client keeps.
+        app.backend.result_consumer.drain_events(timeout=0.05)
+        buffered.append(len(set(app.backend._pending_messages) & set(sent)))
+
+    # When the batch is read to the end
+    lines = list(reproject(["run-a"] * 60, chunk_size=1, celery_app=app, on_done=drained))
+
+    # Then every line came back, and the client kept no more messages than chunks in flight
+    # (a batch of a million records would otherwise hold thousands of chunks' lines)
+    assert len(lines) == 60 and all(len(line["facts"]) == 2 for line in lines)
+    assert len(sent) == 60 and len(buffered) == 60
+    assert max(buffered) <= 8, buffered
+
+
 def test_reproject_writes_the_given_runs_to_stdout_in_order(
     celery_boundary: ToolBoundary, local: ToolBoundary, cli_env: None
 ) -> None:
