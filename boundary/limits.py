@@ -42,15 +42,20 @@ class Limits(LimitFields):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+#: ``json.dumps`` with these options builds an encoder per call; one is enough (it keeps no
+#: state between calls).
+_CANONICAL = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> str:
     """The one JSON text of ``value``: sorted keys, no spaces, no NaN, non-ASCII kept.
 
     Raises:
         TypeError, ValueError, RecursionError: ``value`` is not plain JSON data.
     """
-    return json.dumps(
-        value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
-    )
+    return _CANONICAL.encode(value)
 
 
 def utf8_size(text: str) -> int:

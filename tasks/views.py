@@ -66,7 +66,7 @@ def observe_runs(store: CanonicalStore, run_ids: list[str]) -> list[dict[str, An
     progress = store.progress_many(safe) if safe else {}
     projector = _projector(store)
     return [
-        projector.project(run_id, progress[run_id]).model_dump(mode="json")
+        projector.project_json(run_id, progress[run_id])
         if run_id in progress
         else error_line(None, RunError.INVALID_RUN_ID)
         for run_id in run_ids

@@ -25,9 +25,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.config import Pool, bench_settings
-from bench.fixtures import batched, create_noop, ensure_scripts
-from bench.workers import WorkerProcess, running
+from bench.rig.workers import Pool, WorkerProcess, running
+from bench.suite.config import bench_settings
+from bench.suite.fixtures import batched, create_noop, ensure_scripts
 from boundary import CanonicalKey, EvidenceStatus, RedisCanonicalStore, canonical_json
 from boundary.reprojection import Selection, count
 from boundary.store import keys

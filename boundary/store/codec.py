@@ -115,32 +115,50 @@ def _diagnostic(text: str | None) -> Diagnostic | None:
         return None
 
 
+#: Optional text fields kept as read, an empty string included.
+_KEPT_TEXT = ("raw", "agent_result", "scope")
+#: Optional fields for which an empty string means none.
+_TEXT_OR_NONE = (
+    "evidence_status",
+    "error_code",
+    "request_sha256",
+    "progress_message",
+    "projector_version",
+)
+_TIMES_OR_NONE = ("deadline", "started_at", "heartbeat_at")
+
+
 def decode_record(fields: dict[str, str]) -> CanonicalRecord:
+    """The record of an HMGET/HGETALL reply, validated by the model; an optional field
+    that is absent (or empty, where empty means none) is left to its default, which
+    validation need not check (a run projection decodes a record per call)."""
     try:
-        return CanonicalRecord(
-            run_id=fields["run_id"],
-            tool_call_id=fields["tool_call_id"],
-            tool_name=fields["tool_name"],
-            status=InvocationStatus(fields["status"]),
-            evidence_status=fields.get("evidence_status") or None,
-            request=fields["request"],
-            raw=fields.get("raw"),
-            agent_result=fields.get("agent_result"),
-            scope=fields.get("scope"),
-            error_code=fields.get("error_code") or None,
-            seq=int(fields["seq"]),
-            created_at=_from_ms(fields["created_at"]),
-            updated_at=_from_ms(fields["updated_at"]),
-            deadline=_from_ms(fields.get("deadline")),
-            diagnostic=_diagnostic(fields.get("diagnostic")),
-            request_sha256=fields.get("request_sha256") or None,
-            attempt=int(fields.get("attempt") or 1),
-            started_at=_from_ms(fields.get("started_at")),
-            heartbeat_at=_from_ms(fields.get("heartbeat_at")),
-            progress=float(fields["progress"]) if fields.get("progress") else None,
-            progress_message=fields.get("progress_message") or None,
-            projector_version=fields.get("projector_version") or None,
-        )
+        values: dict[str, object] = {
+            "run_id": fields["run_id"],
+            "tool_call_id": fields["tool_call_id"],
+            "tool_name": fields["tool_name"],
+            "status": InvocationStatus(fields["status"]),
+            "request": fields["request"],
+            "seq": int(fields["seq"]),
+            "created_at": _from_ms(fields["created_at"]),
+            "updated_at": _from_ms(fields["updated_at"]),
+        }
+        for name in _KEPT_TEXT:
+            if name in fields:
+                values[name] = fields[name]
+        for name in _TEXT_OR_NONE:
+            if text := fields.get(name):
+                values[name] = text
+        for name in _TIMES_OR_NONE:
+            if text := fields.get(name):
+                values[name] = _from_ms(text)
+        if attempt := fields.get("attempt"):
+            values["attempt"] = int(attempt)
+        if progress := fields.get("progress"):
+            values["progress"] = float(progress)
+        if diagnostic := _diagnostic(fields.get("diagnostic")):
+            values["diagnostic"] = diagnostic
+        return CanonicalRecord.model_validate(values)
     except (KeyError, ValueError, ValidationError):
         # A record this code did not write: refuse it rather than guess.
         raise StoreError(ErrorCode.STORE_UNAVAILABLE) from None

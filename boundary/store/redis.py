@@ -92,6 +92,7 @@ _SEAL = record_script("seal")
 _REQUEUE = record_script("requeue")
 _UNINDEX_RUN = record_script("unindex_run")
 _INDEX_RUN = record_script("index_run")
+_READ_RECORDS = record_script("read_records")
 
 
 def _due_keys(identities: list[str]) -> Iterator[CanonicalKey]:
@@ -172,6 +173,7 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         self._requeue = client.register_script(_REQUEUE)
         self._unindex_run = client.register_script(_UNINDEX_RUN)
         self._index_runs = client.register_script(_INDEX_RUN)
+        self._read_records = client.register_script(_READ_RECORDS)
         self._runs = RedisRuns(client, ttl_s, self._now_ms)
         #: Fleet flow control's scripts (one tool's slots, rate and line).
         self.flow_ops = RedisFlow(client)
@@ -373,9 +375,10 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
         return self.progress_many([run_id])[run_id]
 
     def progress_many(self, run_ids: Sequence[str]) -> dict[str, list[ProgressEntry]]:
-        """Two round trips whatever the number of runs: one pipeline of ZRANGEs, one of
-        HMGETs of every indexed record (no raw response). On a cluster client the pipelines
-        are split by slot; each run's keys share one."""
+        """Two round trips whatever the number of runs: one pipeline of ZRANGEs, then one of
+        the records (no raw response): one ``read_records.lua`` per run with records, its
+        keys in KEYS (they share the run's hash tag), so a record costs no command of its
+        own to send. On a cluster client the pipelines are split by slot."""
         unique = list(dict.fromkeys(run_ids))
         with _translated():
             pipe = self.client.pipeline(transaction=False)
@@ -393,26 +396,43 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
             for run_id, pending in zip(unique, replies_1[1::2], strict=True)
         }
         # Only a run's own records are read: another run's identity is excluded unread.
-        own = [
-            key
+        own = {
+            run_id: [key for key, _, _ in entries if key is not None and key.run_id == run_id]
+            + in_flight[run_id]
             for run_id, entries in parsed.items()
-            for key, _, _ in entries
-            if key is not None and key.run_id == run_id
-        ] + [key for keys_ in in_flight.values() for key in keys_]
-        replies: list[list[str | None]] = []
-        if own:
-            with _translated():
-                pipe = self.client.pipeline(transaction=False)
-                for own_key in own:
-                    pipe.hmget(keys.record_key(own_key), PROGRESS_FIELDS)
-                replies = pipe.execute()
-        found = {
-            k.identity: {f: v for f, v in zip(PROGRESS_FIELDS, values, strict=True) if v}
-            for k, values in zip(own, replies, strict=True)
         }
+        found = self._read_fields([run_keys for run_keys in own.values() if run_keys])
         return {
             run_id: with_in_flight(progress_entries(entries, found), in_flight[run_id], found)
             for run_id, entries in parsed.items()
+        }
+
+    def _read_fields(self, runs: list[list[CanonicalKey]]) -> dict[str, dict[str, str]]:
+        """``PROGRESS_FIELDS`` of each record of ``runs`` (each a run's keys), by identity,
+        empty fields left out: one pipeline of ``read_records.lua`` (by its SHA; loaded and
+        sent again once if the server does not hold it)."""
+        if not runs:
+            return {}
+        script = self._read_records
+        with _translated():
+            for attempt in (1, 2):
+                pipe = self.client.pipeline(transaction=False)
+                for run_keys in runs:
+                    record_keys = [keys.record_key(key) for key in run_keys]
+                    pipe.evalsha(script.sha, len(record_keys), *record_keys, *PROGRESS_FIELDS)
+                replies: list[Any] = pipe.execute(raise_on_error=False)
+                lost = any(isinstance(r, redis.exceptions.NoScriptError) for r in replies)
+                if lost and attempt == 1:
+                    self.client.script_load(script.script)
+                    continue
+                break
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return {
+            key.identity: {f: v for f, v in zip(PROGRESS_FIELDS, values, strict=True) if v}
+            for run_keys, run_values in zip(runs, replies, strict=True)
+            for key, values in zip(run_keys, run_values, strict=True)
         }
 
     def requeue_due(

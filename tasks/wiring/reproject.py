@@ -5,6 +5,7 @@ chunk's one result comes back. The CLI's ``reproject`` command and the bench use
 
 from __future__ import annotations
 
+import json
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -116,6 +117,8 @@ class _Batch:
         self.timeout_s = timeout_s
         self.queue = queue
         self.on_done = on_done
+        #: Chunks collected lately: their result may still come in on the results channel.
+        self.collected: deque[str] = deque(maxlen=4 * DEFAULT_MAX_IN_FLIGHT)
 
     def send(self, run_ids: list[str]) -> _Chunk:
         options = {} if self.queue is None else {"queue": self.queue}
@@ -153,7 +156,8 @@ class _Batch:
             result.forget()
         except Exception:
             raise ReprojectError("result backend") from None
-        values = value if arrived and isinstance(value, list) else []
+        self._drop_late_results(result.id)
+        values = _values(value) if arrived else []
         lines = [
             _line(run_id, values[n] if n < len(values) else None, arrived)
             for n, run_id in enumerate(chunk.run_ids)
@@ -161,6 +165,29 @@ class _Batch:
         for _ in lines:
             self.on_done()
         return lines
+
+    def _drop_late_results(self, task_id: str) -> None:
+        """Celery keeps a result message that comes in for a task nobody waits on (up to
+        8,192 of them, in case a waiter comes later): a chunk read from its key before its
+        message arrived leaves its lines there, and a long batch would hold thousands of
+        chunks. Collected chunks have no later waiter: their messages are dropped."""
+        self.collected.append(task_id)
+        buffered = getattr(self.app.backend, "_pending_messages", None)
+        if not isinstance(buffered, dict) or not buffered:
+            return
+        for done in self.collected:
+            buffered.pop(done, None)
+
+
+def _values(value: Any) -> list[Any]:
+    """A chunk's lines: ``project_runs`` answers their JSON text (a worker of an older
+    version, the list itself); anything else holds none."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    return value if isinstance(value, list) else []
 
 
 def _line(run_id: str, value: Any, arrived: bool) -> dict[str, Any]:

@@ -2,11 +2,14 @@
 canonical store and returns its bounded observed facts; it only reads, so a run can be
 reprocessed any number of times. ``project_runs`` does the same for a chunk of runs in one
 task, with pipelined reads (two round trips for the whole chunk) and one result for the chunk
-(what ``tasks.wiring.reproject`` sends).
+(what ``tasks.wiring.reproject`` sends): its lines as one JSON text, which the result backend
+carries as one string (a list of a thousand facts would be decoded dict by dict through the
+serializer's object hook, on the client: most of its time).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -43,17 +46,19 @@ def project_run(run_id: str) -> dict[str, Any]:
 
 
 @app.task(name=PROJECT_RUNS, acks_late=True)
-def project_runs(run_ids: list[str]) -> list[dict[str, Any]]:
-    """``project_run`` for a chunk of runs: one line per run id, in order.
+def project_runs(run_ids: list[str]) -> str:
+    """``project_run`` for a chunk of runs: one line per run id, in order, as the JSON text of
+    the list of lines (``[]`` for arguments that are not a list of ids).
 
     Reads only, in two round trips for the chunk; a store failure makes every line of the
     chunk an error line.
     """
     if not isinstance(run_ids, list) or not all(isinstance(r, str) for r in run_ids):
-        return []
+        return "[]"
     try:
         store = get_runtime().store
-        return retrying(lambda: observe_runs(store, run_ids))
+        lines = retrying(lambda: observe_runs(store, run_ids))
     except Exception as exc:
         error = _failed(f"project_runs of {len(run_ids)} runs", exc)
-        return [error_line(run_id if is_safe_id(run_id) else None, error) for run_id in run_ids]
+        lines = [error_line(run_id if is_safe_id(run_id) else None, error) for run_id in run_ids]
+    return json.dumps(lines, ensure_ascii=False, separators=(",", ":"))

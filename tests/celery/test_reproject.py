@@ -136,7 +136,7 @@ def test_project_runs_through_the_worker_gives_each_runs_line_in_order(
     chunk = ["run-b", "run-nobody", "run{x}", "run-a"]
 
     # When the chunk is projected by the worker as one task
-    lines = project_runs.delay(chunk).get(timeout=30)
+    lines = json.loads(project_runs.delay(chunk).get(timeout=30))
 
     # Then one line per id, in order: each what observe gives, the unsafe one an error
     store = local.store
@@ -160,7 +160,7 @@ def unreachable_store(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("unreachable_store")
 def test_project_runs_never_lets_a_store_failure_escape(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR):
-        lines = project_runs(["run-1", "run{2}"])
+        lines = json.loads(project_runs(["run-1", "run{2}"]))
 
     assert lines == [
         {"run_id": "run-1", "error": "STORE_UNAVAILABLE"},
@@ -259,6 +259,40 @@ def test_reprocessing_1000_runs_writes_1000_lines_and_changes_no_record(
     assert {r: redis_client.zrange(keys.progress_key(r), 0, -1) for r in run_ids} == (
         progress_before
     )
+
+
+def test_a_long_batch_keeps_no_collected_chunk_in_the_clients_result_buffer(
+    celery_boundary: ToolBoundary, local: ToolBoundary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run, reprocessed as many one-run chunks (their ids recorded as they are sent)
+    from tasks.wiring.app import app
+
+    write_run(local, "run-a")
+    sent: list[str] = []
+    send_task = app.send_task
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        result = send_task(*args, **kwargs)
+        sent.append(result.id)
+        return result
+
+    monkeypatch.setattr(app, "send_task", recorded)
+    buffered: list[int] = []
+
+    def drained() -> None:
+        # Each chunk's result message, when the chunk was read from its key first, comes in
+        # at the client's next wait: take it in now, and count what the client keeps.
+        app.backend.result_consumer.drain_events(timeout=0.05)
+        buffered.append(len(set(app.backend._pending_messages) & set(sent)))
+
+    # When the batch is read to the end
+    lines = list(reproject(["run-a"] * 60, chunk_size=1, celery_app=app, on_done=drained))
+
+    # Then every line came back, and the client kept no more messages than chunks in flight
+    # (a batch of a million records would otherwise hold thousands of chunks' lines)
+    assert len(lines) == 60 and all(len(line["facts"]) == 2 for line in lines)
+    assert len(sent) == 60 and len(buffered) == 60
+    assert max(buffered) <= 8, buffered
 
 
 def test_reproject_writes_the_given_runs_to_stdout_in_order(

@@ -231,3 +231,35 @@ def test_fact_results_are_the_stored_agent_results_parsed() -> None:
     facts = RunProgressProjector().project(RUN, [entry("c1", 1, rec)], now=NOW)
     # Then the fact holds exactly that result, parsed
     assert facts.facts[0].result == json.loads(rec.agent_result)
+
+
+def test_project_json_is_the_projection_as_json_whatever_the_entries() -> None:
+    # Given entries of every kind: facts, each exclusion, a result that is not JSON, NaN and
+    # an infinity in results (JSON this code never writes), non-ASCII text, and facts that
+    # the count and byte bounds cut
+    not_json = record("c-bad", seq=4, result=None)
+    nan = record("c-nan", seq=5, result=None)
+    inf = record("c-inf", seq=6, result=None)
+    entries = [
+        ready("c1", 1, {"text": "café ✓", "n": [1, 2.5, None, True]}),
+        ready("c2", 2, scope={"q": "x"}, evidence=EvidenceStatus.NO_EVIDENCE),
+        ready("c3", 3, status=InvocationStatus.PROJECTING),
+        entry("c-bad", 4, not_json.model_copy(update={"agent_result": "{not json"})),
+        entry("c-nan", 5, nan.model_copy(update={"agent_result": '{"x": NaN}'})),
+        entry("c-inf", 6, inf.model_copy(update={"agent_result": "[1e999, -Infinity]"})),
+        entry("c-gone", 7, None, expires_at=NOW - 5),
+        entry("c-missing", 8, None),
+        ready("c9", 9, run_id="run-2"),
+        ready("c10", 10, status=InvocationStatus.ERROR, evidence=None),
+        *[ready(f"c{n}", n, {"pad": "p" * 40}) for n in range(11, 20)],
+    ]
+    for bounds in ({}, {"max_facts": 4}, {"max_facts_bytes": 600}, {"max_facts_bytes": 0}):
+        projector = RunProgressProjector(**bounds)
+
+        # When the run is projected as JSON and as models
+        as_json = projector.project_json(RUN, entries, now=NOW)
+        as_models = projector.project(RUN, entries, now=NOW).model_dump(mode="json")
+
+        # Then both say the same, in the same order, to the byte
+        assert canonical_json(as_json) == canonical_json(as_models), bounds
+        assert list(as_json) == list(as_models)

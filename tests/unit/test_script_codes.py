@@ -30,8 +30,9 @@ def test_the_lua_table_and_the_python_enum_are_the_same() -> None:
 
 
 def test_every_record_script_has_the_prelude_and_a_header() -> None:
-    # The 13 of a call's lifecycle and its run, a turn's create_many, side_write (--write).
-    assert len(RECORD_SCRIPTS) == 15
+    # The 13 of a call's lifecycle and its run, a turn's create_many, side_write (--write),
+    # read_records (a run's facts).
+    assert len(RECORD_SCRIPTS) == 16
     for name in RECORD_SCRIPTS:
         own = load_script(name)
         assert record_script(name).endswith(own)
