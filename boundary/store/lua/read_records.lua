@@ -2,7 +2,8 @@
 -- It exists so that a run's records cost one command to send, not one HMGET of every field
 -- name per record.
 --
--- KEYS[1..N] = record keys of ONE run (tb:{run}:call:<id>: they share its hash tag)
+-- KEYS[1] = a record key of ONE run (tb:{run}:call:<id>), KEYS[2..N] = the run's other
+--           record keys to read (they share its hash tag)
 -- ARGV[1..F] = the field names to read
 --
 -- Returns one array per record, in the order of KEYS: its fields' values in the order of ARGV
