@@ -117,8 +117,10 @@ class _Batch:
         self.timeout_s = timeout_s
         self.queue = queue
         self.on_done = on_done
-        #: Chunks collected lately: their result may still come in on the results channel.
-        self.collected: deque[str] = deque(maxlen=4 * DEFAULT_MAX_IN_FLIGHT)
+        #: Chunks collected: their result may still come in on the results channel. Every one
+        #: is kept (an id a chunk: a million records in chunks of 100 runs are 1,000 ids), so a
+        #: message however late is dropped at the next collection.
+        self.collected: set[str] = set()
 
     def send(self, run_ids: list[str]) -> _Chunk:
         options = {} if self.queue is None else {"queue": self.queue}
@@ -171,11 +173,11 @@ class _Batch:
         8,192 of them, in case a waiter comes later): a chunk read from its key before its
         message arrived leaves its lines there, and a long batch would hold thousands of
         chunks. Collected chunks have no later waiter: their messages are dropped."""
-        self.collected.append(task_id)
+        self.collected.add(task_id)
         buffered = getattr(self.app.backend, "_pending_messages", None)
         if not isinstance(buffered, dict) or not buffered:
             return
-        for done in self.collected:
+        for done in self.collected & buffered.keys():
             buffered.pop(done, None)
 
 
