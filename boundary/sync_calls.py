@@ -97,12 +97,9 @@ def _submit_limited(
     nothing created or charged; one round trip more than an unlimited call when a slot is
     free, two when the call must wait (it joins the line once its record exists)."""
     key, tool = prepared.key, prepared.create["tool_name"]
-    try:
-        admitted = flow.admit(key, tool, limits, run).admitted
-        if admitted is Admitted.BUSY and terms.store.get(key, with_raw=False) is None:
-            return rejected(envelope, key, ErrorCode.TOOL_BUSY)
-    except StoreError:
-        return rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
+    admitted = admit(terms, flow, limits, prepared, envelope, run=run)
+    if isinstance(admitted, Submission):
+        return admitted
     # Only a ticket taken here is given back when the call is not created: one the same
     # call already held (a duplicate) belongs to the first call.
     taken = admitted in (Admitted.GRANTED, Admitted.WAITING)
@@ -129,6 +126,27 @@ def _submit_limited(
         # Accepted all the same: the reaper puts a call admitted and never put in line in it.
         logger.warning("flow control: %s not put in line (store); the reaper will", key.identity)
     return Submission(key=key, accepted=True)
+
+
+def admit(
+    terms: CallTerms,
+    flow: Flow,
+    limits: ToolLimits,
+    prepared: Prepared,
+    envelope: ToolCallEnvelope,
+    *,
+    run: RunContext,
+) -> Admitted | Submission:
+    """A limited call's admission, asked for before its record exists: what it said, or the
+    call refused (TOOL_BUSY: its line is full and the call is new; STORE_UNAVAILABLE)."""
+    key = prepared.key
+    try:
+        admitted = flow.admit(key, prepared.create["tool_name"], limits, run).admitted
+        if admitted is Admitted.BUSY and terms.store.get(key, with_raw=False) is None:
+            return rejected(envelope, key, ErrorCode.TOOL_BUSY)
+    except StoreError:
+        return rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
+    return admitted
 
 
 def withdraw(flow: Flow, key: CanonicalKey, tool: str, limits: ToolLimits, taken: bool) -> None:

@@ -38,6 +38,7 @@ from boundary.store.base import CreateResult
 from boundary.store.flow import Admitted, ToolLimits
 from boundary.store.seal_wait import SyncSealWatch
 from boundary.sync_calls import (
+    admit,
     await_outcome,
     await_seal,
     seal_dispatch_failed,
@@ -99,13 +100,9 @@ def _admit(
 ) -> _Limited | Submission:
     """A limited call's slot or place in line, asked for before its record exists (as
     ``sync_calls._submit_limited``): TOOL_BUSY when its line is full and it is new."""
-    key, tool = prepared.key, prepared.create["tool_name"]
-    try:
-        admitted = flow.admit(key, tool, limits, run).admitted
-        if admitted is Admitted.BUSY and terms.store.get(key, with_raw=False) is None:
-            return rejected(envelope, key, ErrorCode.TOOL_BUSY)
-    except StoreError:
-        return rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
+    admitted = admit(terms, flow, limits, prepared, envelope, run=run)
+    if isinstance(admitted, Submission):
+        return admitted
     return _Limited(limits, admitted, admitted in (Admitted.GRANTED, Admitted.WAITING))
 
 
