@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from boundary import CanonicalKey, ErrorCode, InvocationStatus, StoreError, ToolRegistry, telemetry
-from boundary.flow import Flow, Reserved
+from boundary.flow import RELEASE_RENEWED, Flow, Reserved
 from boundary.steps import AttemptSender, send_attempt
 from boundary.store import CanonicalStore, ReapDecision, WriteStatus
 from boundary.store.flow import DueLease, FlowStanding, ToolLimits
@@ -311,6 +311,8 @@ def sweep_reserved(flow: Flow, entry: Reserved) -> int:
         reply = flow.ops.release(
             entry.name, limits, lease.key, attempt=lease.attempt, expired=True
         )
+        if reply.code == RELEASE_RENEWED:
+            continue  # renewed since the pass read it: its holder lives
         flow.deliver(entry.name, reply)
         if reply.code == 1:
             logger.warning(

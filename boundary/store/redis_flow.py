@@ -185,7 +185,8 @@ class RedisFlow:
         """The call ended: its slot or its place in line goes, free slots go to the line.
         ``attempt``: only the slot that attempt holds (code -2 when another attempt holds it:
         left alone). ``expired``: only a slot whose lease ran out unrenewed (code -3 when it
-        was renewed meanwhile: left alone), for the sweep of a reserved entry."""
+        has not: left alone, and the reply's ``wake_at_ms`` is the lease's expiry, not a
+        wake-up), for a reserved entry's holders."""
         fence = "" if attempt is None else attempt
         return _reply(
             self._run(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from boundary import CanonicalKey, StoreError
-from boundary.flow import Flow, Reserved
+from boundary.flow import RELEASE_RENEWED, Flow, Reserved
 from boundary.store.flow import Admitted, FlowStanding, FlowState, ToolLimits
 from boundary.store.redis_jobs import Job, RedisJobs
 from tasks.settings import Settings
@@ -38,6 +38,10 @@ REPROJECT_SLOTS = "tool_boundary.reproject"
 LANE_PREFIX = "lane-"
 #: Renewals of a lease per lease period (a renewal may be late by two thirds of it).
 RENEWALS_PER_LEASE = 3
+#: Times a chunk frees its lane's expired lease and asks again, in one task.
+TAKEOVERS = 1
+#: Added to the time left of a live holder's lease before a chunk comes back, seconds.
+AGAIN_MARGIN_S = 0.5
 #: Tries at giving a slot up, and the first pause between two, seconds (doubling). A slot
 #: not given up is freed by the sweep when its lease runs out.
 RELEASE_ATTEMPTS = 3
@@ -162,8 +166,9 @@ class Taken:
     """What a chunk's request for a slot came to: a ``hold`` to work under, or why not."""
 
     hold: Hold | None
-    #: ``waiting`` (in line; sent when a slot frees), ``again`` (its lane is held: it comes
-    #: back after a lease), ``duplicate`` (its lane waits or runs already), ``gone``.
+    #: ``waiting`` (in line; sent when a slot frees), ``again`` (its lane's slot is held by
+    #: a live holder: it comes back when that lease would run out), ``duplicate`` (its lane
+    #: waits or runs already), ``gone``.
     state: str = "holds"
 
 
@@ -175,10 +180,11 @@ def take(
     *,
     slot: int | None,
     seen: int | None,
-    on_again: Callable[[int], None],
+    on_again: Callable[[int, float], None],
 ) -> Taken:
     """A chunk's slot: the one it was sent with (``slot``) while it still holds it, else a
-    new request. Raises ``StoreError``."""
+    new request. ``on_again(holder, delay_s)`` sends the chunk back later (its lane's slot
+    is held by a live holder, or the line is full). Raises ``StoreError``."""
     entry = flow.reserved[REPROJECT_SLOTS]
     limits, key = entry.limits, lane_key(job_id, lane)
     lease_s = limits.lease_s or 0.0
@@ -186,37 +192,49 @@ def take(
         return _held(flow, key, slot, lease_s)
     # Sent from the line but its lease ran out before it started (a long queue), or a new
     # chunk: asks like any other.
-    attempt = jobs.next_slot(job_id, lane)
-    if attempt == 0:
-        return Taken(None, "gone")
-    reply = flow.ops.admit(
-        REPROJECT_SLOTS,
-        limits,
-        key,
-        attempt=attempt,
-        tenant=job_id,
-        priority=0,
-        deadline=None,
-        record_exists=True,
-    )
-    flow.deliver(REPROJECT_SLOTS, reply)
-    flow.announce(REPROJECT_SLOTS, limits)
-    admitted = reply.admitted
-    if admitted is Admitted.GRANTED:
-        return _held(flow, key, attempt, lease_s)
-    if admitted in (Admitted.WAITING, Admitted.WAITS):
-        return Taken(None, "waiting" if admitted is Admitted.WAITING else "duplicate")
-    if admitted is Admitted.HOLDS:
+    for _ in range(TAKEOVERS + 1):
+        attempt = jobs.next_slot(job_id, lane)
+        if attempt == 0:
+            return Taken(None, "gone")
+        reply = flow.ops.admit(
+            REPROJECT_SLOTS,
+            limits,
+            key,
+            attempt=attempt,
+            tenant=job_id,
+            priority=0,
+            deadline=None,
+            record_exists=True,
+        )
+        flow.deliver(REPROJECT_SLOTS, reply)
+        flow.announce(REPROJECT_SLOTS, limits)
+        admitted = reply.admitted
+        if admitted is Admitted.GRANTED:
+            return _held(flow, key, attempt, lease_s)
+        if admitted is Admitted.WAITING:
+            return Taken(None, "waiting")
+        if admitted is Admitted.WAITS:
+            return Taken(None, "duplicate")
+        if admitted is not Admitted.HOLDS:
+            # BUSY: an operator's --max-waiting on the cap: it comes back after a lease.
+            on_again(0, lease_s)
+            return Taken(None, "again")
         # Another chunk of this lane holds a slot: a duplicate message beside a live chunk
-        # (then that holder has moved on when this one comes back: it is dropped), or one
-        # whose worker died (its lease runs out and the sweep frees it: this one takes over).
+        # (that holder has moved on by the time this one comes back: it is dropped), or a
+        # chunk whose worker died or stalled: once its lease has run out unrenewed, this
+        # chunk frees it (fenced by the holder's attempt, as the sweep would) and asks again.
         holder = flow.ops.state(REPROJECT_SLOTS, limits, key).attempt
         if seen is not None and holder != seen:
             return Taken(None, "duplicate")
-        on_again(holder)
-        return Taken(None, "again")
-    # BUSY: an operator's --max-waiting on the entry: it comes back after a lease.
-    on_again(0)
+        freed = flow.ops.release(REPROJECT_SLOTS, limits, key, attempt=holder, expired=True)
+        if freed.code == RELEASE_RENEWED:
+            left_s = max(freed.wake_at_ms - freed.now_ms, 0) / 1000
+            on_again(holder, left_s + AGAIN_MARGIN_S)
+            return Taken(None, "again")
+        flow.deliver(REPROJECT_SLOTS, freed)
+        if freed.code == 1:
+            logger.warning("chunk %s: attempt %d's lease had run out: freed", key.identity, holder)
+    on_again(0, lease_s)
     return Taken(None, "again")
 
 

@@ -154,11 +154,9 @@ def _capped(
     if not isinstance(flow, Flow) or REPROJECT_SLOTS not in flow.reserved:
         result, countdown = retrying(lambda: _chunk(job_id, lane, on_start))
     else:
-        settings = runtime.settings
-        again_s = settings.reproject_lease_s + settings.reap_interval_s
 
-        def again(holder: int) -> None:
-            send_chunk(job_id, lane, seen=holder or None, countdown_s=again_s)
+        def again(holder: int, delay_s: float) -> None:
+            send_chunk(job_id, lane, seen=holder or None, countdown_s=delay_s)
 
         taken = retrying(
             lambda: take(flow, _jobs(), job_id, lane, slot=slot, seen=seen, on_again=again)

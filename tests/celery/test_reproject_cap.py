@@ -72,8 +72,8 @@ def write_runs(boundary: ToolBoundary, runs: dict[str, list[tuple[str, str]]]) -
 
 
 def capped_settings(**overrides: Any) -> Settings:
-    """The workers' (and this process's) settings: a short lease, a quick reaper."""
-    values: dict[str, Any] = {"reproject_lease_s": 3.0, "reap_interval_s": 1.0}
+    """The workers' (and this process's) settings: a short lease."""
+    values: dict[str, Any] = {"reproject_lease_s": 5.0}
     return celery_test_settings(**(values | overrides))
 
 
@@ -274,7 +274,7 @@ def test_a_worker_killed_holding_the_slot_gives_it_back_and_its_job_resumes(
     sweeper: threading.Thread,
     tmp_path: Path,
 ) -> None:
-    # Given a cap of 1, a lease of 3 s, and six runs of two calls, one of which kills its
+    # Given a cap of 1, a lease of 5 s, and six runs of two calls, one of which kills its
     # worker (SIGKILL) the first time, in the middle of its chunk
     settings = capped_settings(reproject_concurrency=1)
     monkeypatch.setenv("TOOL_BOUNDARY_REPROJECT_CONCURRENCY", "1")
@@ -292,12 +292,22 @@ def test_a_worker_killed_holding_the_slot_gives_it_back_and_its_job_resumes(
     row = cap_row()
     assert (row["running"], row["running_by_tenant"]) == (1, {"killed": 1}), row
 
-    # When the job is followed again at once with a new worker (its lane's chunk finds the
-    # slot held by the dead one and comes back later), while the sweep runs
-    sweeper.start()
     with celery_process(
         settings, *reprojection_worker("heir"), log=tmp_path / "b.log", extra_env=env
     ):
+        # When another job asks for the slot, it waits in line behind the dead chunk
+        start_job("other", runs, "--lanes", "1", "--chunk-size", "3")
+        wait_for("the other job waits", lambda: cap_row()["waiting"] == 1)
+        assert job_state("other")["slots"]["waiting"] == 1
+        # And the sweep (a worker's reaper pass) frees the lease nobody renews: the other
+        # job is handed the slot and ends
+        sweeper.start()
+        other = wait_for(
+            "the other job ends", lambda: (s := job_state("other"))["state"] != "running" and s
+        )
+        assert other["state"] == "done" and other["totals"]["records"] == 12
+
+        # When the killed job is followed again, and a fresh one run for comparison
         run_args = [arg for run_id in runs for arg in ("--run", run_id)]
         out = tmp_path / "resumed.jsonl"
         resumed = invoke(
@@ -310,8 +320,7 @@ def test_a_worker_killed_holding_the_slot_gives_it_back_and_its_job_resumes(
             "--job", "fresh", "--out", str(fresh_out), "--json",
         )  # fmt: skip
 
-    # Then the slot came back by its lease's end, and the job ended with the totals of a job
-    # never interrupted: every record counted once
+    # Then it ends with the totals of a job never interrupted: every record counted once
     assert resumed.exit_code == fresh.exit_code == EXIT_OK, resumed.output + fresh.output
     totals = json.loads(resumed.stdout.splitlines()[-1])
     fresh_totals = json.loads(fresh.stdout.splitlines()[-1])
@@ -321,7 +330,6 @@ def test_a_worker_killed_holding_the_slot_gives_it_back_and_its_job_resumes(
     lines = sorted(out.read_text().splitlines())
     assert lines == sorted(fresh_out.read_text().splitlines())
     assert len(lines) == 6
+    # And nothing is left held or waiting; the dead chunk never came back to be refused
     row = cap_row()
-    assert (row["running"], row["waiting"]) == (0, 0), row
-    # (the dead chunk's attempt never came back: nobody stale was refused)
-    assert row["stale_holders"] == 0
+    assert (row["running"], row["waiting"], row["stale_holders"]) == (0, 0, 0), row

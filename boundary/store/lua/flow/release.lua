@@ -12,8 +12,9 @@
 --
 -- Returns {code, now, wake_at, grants, expired}: code 1 a slot was freed, 2 it left the line,
 -- 0 it held neither, -2 refused: another attempt holds the slot or the place in line (left
--- alone: the caller is stale), -3 refused: the lease was renewed since it was found expired
--- (left alone: its holder lives). Negative codes are refusals, as admit's -1.
+-- alone: the caller is stale), -3 refused: the lease has not run out (renewed since it was
+-- found expired: its holder lives; left alone; wake_at is then the lease's expiry, ms, and
+-- nothing is to be scheduled). Negative codes are refusals, as admit's -1.
 
 local identity, fence = ARGV[7], ARGV[8]
 
@@ -29,7 +30,7 @@ end
 if ARGV[9] == "expired" then
   local due = redis.call("ZSCORE", KEYS[1], identity)
   if due and tonumber(due) > NOW then
-    return {-3, NOW, 0, {}, {}}
+    return {-3, NOW, tonumber(due), {}, {}}
   end
 end
 local code = 0
