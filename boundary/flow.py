@@ -269,9 +269,10 @@ class Flow:
 
     def fleet_tools(self) -> dict[str, ToolLimits]:
         """Every limited tool of the fleet and its declared limits: this process's registries
-        and reserved entries, the tools any process noted in use (the store's index of limited tools) and those
-        with a run-time override, read now (one read of each index, never a scan). For the
-        views (``tool-boundary limits``, the web view); raises ``StoreError``."""
+        and reserved entries, the tools any process noted in use (the store's index of
+        limited tools) and those with a run-time override, read now (one read of each index,
+        never a scan). For the views (``tool-boundary limits``, the web view); raises
+        ``StoreError``."""
         announced = self.ops.announced(now_ms=_now_ms(), ttl_ms=self._index_ttl_ms())
         overridden = self.ops.overrides()
         tools = {s.name: ToolLimits.of(s) for r in self.registries for s in r if s.limited}

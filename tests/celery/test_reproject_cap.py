@@ -198,9 +198,10 @@ def test_limits_set_of_the_cap_takes_effect(
     # time by an operator
     settings = capped_settings()
     assert settings.reproject_concurrency == 2
-    set_ = invoke("limits", "set", CAP, "--concurrency", "1")
+    set_ = invoke("limits", "set", CAP, "--concurrency", "1", "--json")
     assert set_.exit_code == EXIT_OK, set_.output
-    assert "concurrency 1 (override)" in " ".join(set_.output.split())
+    view = json.loads(set_.output)
+    assert (view["concurrency"], view["override"]) == (1, {"concurrency": 1}), view
     runs = {f"h{n}": [("c1", "hold" if n == 0 else f"q{n}")] for n in range(8)}
     write_runs(v1, runs)
     env = worker_env(tmp_path, settings)
@@ -225,9 +226,9 @@ def test_limits_set_of_the_cap_takes_effect(
             assert "waiting for a slot" in " ".join(text.split())
 
             # When the operator raises the cap to 2
-            raised = invoke("limits", "set", CAP, "--concurrency", "2")
+            raised = invoke("limits", "set", CAP, "--concurrency", "2", "--json")
             assert raised.exit_code == EXIT_OK, raised.output
-            assert "1 waiting chunk(s) started" in raised.output
+            assert json.loads(raised.output)["started_now"] == 1
 
             # Then the waiting lane runs to its end while the held chunk still holds its slot
             wait_for("the other lane ends", lambda: job_state("capped")["lanes_ended"] == 1)

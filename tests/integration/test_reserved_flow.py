@@ -6,6 +6,7 @@ not know an entry leaves alone."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -16,7 +17,7 @@ from boundary.reaper import sweep_reserved
 from boundary.store import keys
 from boundary.store.flow import Admitted, FlowStanding, ToolLimits
 from boundary.store.redis_jobs import RedisJobs
-from tasks.worker.chunk_slots import lane_key
+from tasks.worker.chunk_slots import REPROJECT_SLOTS, lane_key, take
 
 ENTRY = "tool_boundary.test-chunks"
 #: Long enough that no lease runs out during a test that does not wait for it.
@@ -84,6 +85,8 @@ def test_a_lease_renewed_in_time_is_not_freed_as_expired(store: RedisCanonicalSt
     assert sweep_reserved(flow, entry) == 0
     refused = flow.ops.release(ENTRY, entry.limits, holder, attempt=1, expired=True)
     assert refused.code == RELEASE_RENEWED
+    # (its reply says when the lease runs out)
+    assert 0 < refused.wake_at_ms - refused.now_ms <= LONG_LEASE_S * 1000
     assert flow.ops.state(ENTRY, entry.limits, holder).standing is FlowStanding.HOLDS
 
 
@@ -178,3 +181,50 @@ def test_a_lane_s_fencing_token_counts_up_and_never_recreates_a_gone_job(
     assert job is not None and job.cursors == {0: "0", 1: "0"} and job.ended == frozenset()
     assert jobs.next_slot("gone", 0) == 0
     assert not redis_client.exists(keys.job_key("gone"))
+
+
+def reserved(lease_s: float) -> Reserved:
+    """The chunks' cap itself, with ``lease_s``."""
+    limits = ToolLimits(concurrency=1, lease_s=lease_s)
+    return Reserved(name=REPROJECT_SLOTS, limits=limits, send=Sent())
+
+
+def test_a_chunk_frees_its_lane_s_expired_lease_and_comes_back_for_a_live_one(
+    store: RedisCanonicalStore,
+) -> None:
+    jobs = RedisJobs.of(store)
+    assert jobs is not None
+    jobs.start("job-1", {"selection": {}}, 1, "0")
+    flow = Flow(store, ToolRegistry(), None)
+    again: list[tuple[int, float]] = []
+
+    def ask(seen: int | None = None) -> Any:
+        return take(flow, jobs, "job-1", 0, slot=None, seen=seen,
+                    on_again=lambda holder, delay: again.append((holder, delay)))  # fmt: skip
+
+    # Given a chunk of the lane holding a live lease
+    flow.reserve(reserved(LONG_LEASE_S))
+    first = ask()
+    assert first.hold is not None and first.hold.attempt == 1
+    # When a duplicate of the lane asks: it comes back when that lease would run out
+    assert ask().state == "again"
+    assert again[0][0] == 1 and 0 < again[0][1] <= LONG_LEASE_S + 1
+    # And once back, it is dropped if the lane moved on to another holder
+    assert ask(seen=99).state == "duplicate"
+
+    # Given a lane whose holder stopped renewing (short lease, run out)
+    flow.reserve(reserved(SHORT_LEASE_S))
+    flow.ops.release(REPROJECT_SLOTS, ToolLimits(), lane_key("job-1", 0))
+    stalled = ask()
+    assert stalled.hold is not None
+    time.sleep(SHORT_LEASE_S * 4)  # (it never renews)
+    # When another chunk of the lane asks: it frees the expired lease and takes the slot
+    taken = ask()
+    assert taken.hold is not None and taken.hold.attempt > stalled.hold.attempt
+    # And the stalled holder is fenced out
+    limits = flow.reserved[REPROJECT_SLOTS].limits
+    assert not flow.ops.renew(REPROJECT_SLOTS, limits, lane_key("job-1", 0), stalled.hold.attempt)
+    stale = flow.ops.release(
+        REPROJECT_SLOTS, limits, lane_key("job-1", 0), attempt=stalled.hold.attempt
+    )
+    assert stale.code == RELEASE_STALE
