@@ -1,13 +1,18 @@
-"""The cap of re-projection chunks, without services: a lane's holder id, and what ``jobs
-show`` says of a job's lanes at the cap."""
+"""The cap of re-projection chunks, without services: its settings, a lane's holder id, and
+what ``jobs show`` says of a job's lanes at the cap."""
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from boundary import CanonicalKey
 from boundary.flow import is_reserved
-from boundary.store.flow import FlowStanding, FlowState
+from boundary.store.flow import FlowStanding, FlowState, ToolLimits
+from tasks.settings import Settings
 from tasks.worker.chunk_slots import (
     REPROJECT_SLOTS,
+    entry_limits,
     lane_key,
     lane_of,
     slots_text,
@@ -42,3 +47,18 @@ def test_jobs_show_says_how_many_lanes_hold_and_wait() -> None:
     )
     idle = slots_view({0: FlowState(FlowStanding.NONE)})
     assert slots_text(idle) == "0 lane(s) holding a slot"
+
+
+def test_the_cap_is_2_chunks_on_a_30_s_lease_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOL_BOUNDARY_REPROJECT_CONCURRENCY", raising=False)
+    monkeypatch.delenv("TOOL_BOUNDARY_REPROJECT_LEASE_S", raising=False)
+    assert entry_limits(Settings()) == ToolLimits(concurrency=2, lease_s=30.0)
+    monkeypatch.setenv("TOOL_BOUNDARY_REPROJECT_CONCURRENCY", "5")
+    monkeypatch.setenv("TOOL_BOUNDARY_REPROJECT_LEASE_S", "4.5")
+    assert entry_limits(Settings()) == ToolLimits(concurrency=5, lease_s=4.5)
+
+
+@pytest.mark.parametrize("field", ["reproject_concurrency", "reproject_lease_s"])
+def test_a_cap_or_lease_of_0_is_refused(field: str) -> None:
+    with pytest.raises(ValidationError):
+        Settings(**{field: 0})
