@@ -308,9 +308,7 @@ def sweep_reserved(flow: Flow, entry: Reserved) -> int:
     flow.deliver(entry.name, swept.reply)
     fixed = 0
     for lease in swept.due:
-        reply = flow.ops.release(
-            entry.name, limits, lease.key, attempt=lease.attempt, expired=True
-        )
+        reply = flow.ops.release(entry.name, limits, lease.key, attempt=lease.attempt, expired=True)
         if reply.code == RELEASE_RENEWED:
             continue  # renewed since the pass read it: its holder lives
         flow.deliver(entry.name, reply)

@@ -189,9 +189,7 @@ class RedisFlow:
         wake-up), for a reserved entry's holders."""
         fence = "" if attempt is None else attempt
         return _reply(
-            self._run(
-                "release", tool, limits, key.identity, fence, "expired" if expired else ""
-            )
+            self._run("release", tool, limits, key.identity, fence, "expired" if expired else "")
         )
 
     def requeue(

@@ -16,6 +16,7 @@ holder's renewal and release are refused, never touching another chunk's slot.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -140,10 +141,8 @@ class Hold:
                     self.key.identity,
                     self.attempt,
                 )
-                try:
+                with contextlib.suppress(StoreError):  # a count only
                     self.flow.ops.note_stale(REPROJECT_SLOTS)
-                except StoreError:
-                    pass
                 return
 
     def release(self) -> None:

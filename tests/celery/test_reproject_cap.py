@@ -159,12 +159,9 @@ def test_two_jobs_on_two_workers_never_run_two_chunks_at_once_under_a_cap_of_1(
     env = worker_env(tmp_path, settings)
     with ExitStack() as stack:
         for name in ("cap-a", "cap-b"):
-            stack.enter_context(
-                celery_process(
-                    settings, *reprojection_worker(name), log=tmp_path / f"{name}.log",
-                    extra_env=env,
-                )  # fmt: skip
-            )
+            log = tmp_path / f"{name}.log"
+            worker = celery_process(settings, *reprojection_worker(name), log=log, extra_env=env)
+            stack.enter_context(worker)
         # When both jobs run at once
         for job_id, runs in jobs.items():
             start_job(job_id, runs, "--lanes", "3", "--chunk-size", "1")
@@ -176,7 +173,7 @@ def test_two_jobs_on_two_workers_never_run_two_chunks_at_once_under_a_cap_of_1(
         }
 
     # Then both end with every record counted once
-    for job_id, state in ended.items():
+    for state in ended.values():
         assert state["state"] == "done", state
         assert (state["totals"]["runs"], state["totals"]["records"]) == (6, 12), state
     # And no two chunks ever ran at once (24 projections, never two in the gauge together)
