@@ -16,6 +16,12 @@ A tool without limits pays nothing: ``limits()`` answers from memory, and no ste
 calls touches flow control. The list of run-time overrides (``tool-boundary limits set``) is
 read again, off the caller's path, once it is a second old: a process applies an override
 from its next call a second after it was set, at the latest.
+
+The same machinery also limits work that is not a tool call: the fleet's own entries
+(``Reserved``, named ``tool_boundary.*``; re-projection chunks are ``tool_boundary.reproject``)
+take slots, wait in line, are overridden and listed like a tool, but their holders have no
+call record: each renews its lease while it works, and the sweep frees a lease left to run
+out (``boundary.reaper.sweep_reserved``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -56,6 +63,11 @@ RELEASE_RETRY_S = 0.2
 #: ``release.lua``'s code when another attempt holds the call's slot: the release named a
 #: stale attempt and gave nothing up.
 RELEASE_STALE = -2
+#: ``release.lua``'s code when a reserved entry's lease found expired was renewed since:
+#: its holder lives, and keeps it.
+RELEASE_RENEWED = -3
+#: Flow-control entries named so are the fleet's own (``Reserved``), not tools.
+RESERVED_PREFIX = "tool_boundary."
 #: What a waiting call's progress says (``CallProgress.message``).
 WAITING_MESSAGE = "waiting for a slot"
 
@@ -82,6 +94,29 @@ def waiting_progress(
                 ahead=state.ahead,
             )
     return CallProgress.of(record)
+
+
+def is_reserved(name: str) -> bool:
+    """Whether ``name`` is one of the fleet's own entries (``RESERVED_PREFIX``)."""
+    return name.startswith(RESERVED_PREFIX)
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """A flow-control entry that limits work other than tool calls (re-projection chunks:
+    ``tasks.worker.chunk_slots``), through the same scripts, overrides and views as a tool.
+
+    Its holders have no call record for the sweep to read: a holder renews its lease while
+    it works (``RedisFlow.renew``, fenced by its attempt), and the sweep frees a lease left
+    unrenewed past ``limits.lease_s`` (``boundary.reaper``). A holder handed a slot from the
+    line is sent by ``send``.
+    """
+
+    name: str
+    #: The declared limits (``lease_s`` set: a lease its holder renews).
+    limits: ToolLimits
+    #: Sends the holder ``key`` handed a slot for its attempt (raises when it cannot).
+    send: Callable[[CanonicalKey, int], None]
 
 
 class Sender(Protocol):
@@ -140,6 +175,8 @@ class Flow:
         self.overrides_ttl_s = OVERRIDES_TTL_S
         #: When this process last noted each tool in the index of limited tools (its clock).
         self._announced: dict[str, float] = {}
+        #: The fleet's own entries this process knows (``reserve``).
+        self.reserved: dict[str, Reserved] = {}
 
     @classmethod
     def install(cls, store: object, registry: ToolRegistry, sender: Sender | None) -> Flow | None:
@@ -157,17 +194,35 @@ class Flow:
         store.flow = flow
         return flow
 
+    def reserve(self, entry: Reserved) -> None:
+        """Makes one of the fleet's own entries known to this process: its limits apply, the
+        sweep checks its leases by expiry, its grants go out through ``entry.send``."""
+        if not is_reserved(entry.name) or entry.limits.lease_s is None:
+            raise ValueError("a reserved entry is named tool_boundary.* and has a lease")
+        self.reserved[entry.name] = entry
+
     # --- Which tools are limited --------------------------------------------------------
 
     def limits(self, tool: str) -> ToolLimits | None:
         """The tool's declared limits when its calls go through flow control (it declares
-        one, or has a run-time override); ``None`` for a tool without limits."""
+        one, or has a run-time override); ``None`` for a tool without limits. A reserved
+        entry's (``Reserved``) when this process knows it, else ``None``: a process that
+        does not know the entry never takes, hands out or sweeps its slots."""
+        entry = self.reserved.get(tool)
+        if entry is not None:
+            return entry.limits
+        if self._unknown_entry(tool):
+            return None
         spec = self.spec(tool)
         if spec is not None and spec.limited:
             return ToolLimits.of(spec)
         if tool in self.overridden():
             return ToolLimits.of(spec) if spec is not None else ToolLimits()
         return None
+
+    def _unknown_entry(self, name: str) -> bool:
+        """A reserved name this process neither knows (``reserve``) nor has as a tool."""
+        return is_reserved(name) and name not in self.reserved and self.spec(name) is None
 
     def spec(self, tool: str) -> ToolSpec | None:
         """The tool's spec, from the first registry that has it."""
@@ -208,16 +263,21 @@ class Flow:
         """Every tool whose calls go through flow control, in the registry or overridden
         (the overrides read now: for the reaper, the CLI, a metrics scrape)."""
         tools = list(dict.fromkeys(s.name for r in self.registries for s in r if s.limited))
-        return tools + sorted(self.refresh_overrides() - set(tools))
+        tools += [name for name in self.reserved if name not in tools]
+        overridden = {t for t in self.refresh_overrides() if not self._unknown_entry(t)}
+        return tools + sorted(overridden - set(tools))
 
     def fleet_tools(self) -> dict[str, ToolLimits]:
-        """Every limited tool of the fleet and its declared limits: this process's registries,
-        the tools any process noted in use (the store's index of limited tools) and those
-        with a run-time override, read now (one read of each index, never a scan). For the
-        views (``tool-boundary limits``, the web view); raises ``StoreError``."""
+        """Every limited tool of the fleet and its declared limits: this process's registries
+        and reserved entries, the tools any process noted in use (the store's index of
+        limited tools) and those with a run-time override, read now (one read of each index,
+        never a scan). For the views (``tool-boundary limits``, the web view); raises
+        ``StoreError``."""
         announced = self.ops.announced(now_ms=_now_ms(), ttl_ms=self._index_ttl_ms())
         overridden = self.ops.overrides()
         tools = {s.name: ToolLimits.of(s) for r in self.registries for s in r if s.limited}
+        for name, entry in self.reserved.items():
+            tools.setdefault(name, entry.limits)
         for tool in sorted(announced):
             tools.setdefault(tool, announced[tool])
         for tool in sorted(overridden):
@@ -377,14 +437,20 @@ class Flow:
         """Hands free slots to the tool's line (a wake-up, a raised limit); calls sent."""
         limits = self.limits(tool)
         if limits is None:
+            if self._unknown_entry(tool):
+                return 0  # not this process's to hand out: its workers pump it
             limits = ToolLimits()  # an override just lifted: its line is emptied
         reply = self.ops.pump(tool, limits)
         self.deliver(tool, reply)
         return len(reply.grants)
 
     def status(self, tool: str) -> FlowStatus:
+        entry = self.reserved.get(tool)
         spec = self.spec(tool)
-        limits = ToolLimits.of(spec) if spec is not None else ToolLimits()
+        if entry is not None:
+            limits = entry.limits
+        else:
+            limits = ToolLimits.of(spec) if spec is not None else ToolLimits()
         return self.ops.status(tool, limits)
 
     def progress(self, record: CanonicalRecord) -> CallProgress | None:
@@ -427,7 +493,12 @@ class Flow:
         raising: bool = False,
     ) -> None:
         """Sends the execute step of a call that holds a slot. A failed send is marked on
-        the tool's keys, so the reaper sends it again (as a new attempt)."""
+        the tool's keys, so the reaper sends it again (as a new attempt). A reserved
+        entry's holder goes out through the entry's own ``send``."""
+        entry = self.reserved.get(tool)
+        if entry is not None:
+            self._send_reserved(entry, key, attempt, raising=raising)
+            return
         spec = self.spec(tool)
         queue = spec.queue if spec is not None else DEFAULT_QUEUE
         try:
@@ -444,6 +515,20 @@ class Flow:
                 raise
             return
         logger.debug("flow control: %s sent (attempt %d)", key.identity, attempt)
+
+    def _send_reserved(
+        self, entry: Reserved, key: CanonicalKey, attempt: int, *, raising: bool
+    ) -> None:
+        try:
+            entry.send(key, attempt)
+        except Exception:
+            logger.error("flow control: %s of %s not sent", key.identity, entry.name)
+            try:
+                self.ops.mark_unsent(entry.name, key)
+            except StoreError:
+                logger.error("flow control: unsent %s not marked (store)", key.identity)
+            if raising:
+                raise
 
     def _schedule(self, tool: str, delay_s: float) -> None:
         delay_s = max(delay_s, 0.0) + WAKE_MARGIN_S

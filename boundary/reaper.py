@@ -17,7 +17,8 @@ admitted ahead of its record whose submitter died before putting it in line, a g
 execute message could not be sent (sent again as a new attempt, as the reaper does for
 messages that never reached a worker), and waiting calls whose run's deadline passed (sealed
 RUN_DEADLINE_EXCEEDED, never run). It also pumps each line, in case a scheduled wake-up was
-lost.
+lost. The fleet's own entries (``boundary.flow.Reserved``: re-projection chunks) have no call
+records to read: their sweep (``sweep_reserved``) frees each slot whose lease ran out unrenewed.
 
 No Celery here: the worker's ``tool_boundary.reap`` task (``tasks.worker.calls``) calls
 ``reap_once`` with its store, its sender and a way to send a project step again.
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from boundary import CanonicalKey, ErrorCode, InvocationStatus, StoreError, ToolRegistry, telemetry
-from boundary.flow import Flow
+from boundary.flow import RELEASE_RENEWED, Flow, Reserved
 from boundary.steps import AttemptSender, send_attempt
 from boundary.store import CanonicalStore, ReapDecision, WriteStatus
 from boundary.store.flow import DueLease, FlowStanding, ToolLimits
@@ -199,11 +200,16 @@ def _waits_for_slot(store: CanonicalStore, key: CanonicalKey, tool: str, retries
 
 
 def sweep_flow(store: CanonicalStore, flow: Flow, retries: Retries) -> int:
-    """One pass over every limited tool; the number of slots and calls it set right."""
+    """One pass over every limited tool (and every reserved entry this process knows); the
+    number of slots and calls it set right."""
     fixed = 0
     for tool in flow.limited_tools():
         try:
-            fixed += _sweep_tool(store, flow, retries, tool)
+            entry = flow.reserved.get(tool)
+            if entry is not None:
+                fixed += sweep_reserved(flow, entry)
+            else:
+                fixed += _sweep_tool(store, flow, retries, tool)
         except StoreError:
             logger.warning("flow sweep of %s stopped (store)", tool)
     if fixed:
@@ -285,3 +291,43 @@ def _send_again(
     except Exception as exc:
         logger.error("flow: attempt %d of %s not sent: %s", moved, key.identity, type(exc).__name__)
     return 1
+
+
+# --- The sweep of a reserved entry (no call records) ------------------------------------
+
+
+def sweep_reserved(flow: Flow, entry: Reserved) -> int:
+    """One pass over one of the fleet's own entries (``boundary.flow.Reserved``). Its
+    holders have no call record: a slot whose lease ran out unrenewed (its holder died or
+    stalled past ``lease_s``) is freed, fenced by the attempt the pass read and re-checked
+    as expired in the freeing script (a holder that renewed since keeps it); the slot goes
+    to the next holder in line. A grant whose message failed to send is sent again (its
+    holder keeps the slot). The slots and holders set right."""
+    limits = entry.limits
+    swept = flow.ops.sweep(entry.name, limits)
+    flow.deliver(entry.name, swept.reply)
+    fixed = 0
+    for lease in swept.due:
+        reply = flow.ops.release(entry.name, limits, lease.key, attempt=lease.attempt, expired=True)
+        if reply.code == RELEASE_RENEWED:
+            continue  # renewed since the pass read it: its holder lives
+        flow.deliver(entry.name, reply)
+        if reply.code == 1:
+            logger.warning(
+                "flow sweep: %s's lease of %s expired (attempt %d): slot freed",
+                lease.key.identity,
+                entry.name,
+                lease.attempt,
+            )
+            fixed += 1
+    for key in (*swept.stale, *swept.late):
+        # Never written by a reserved entry's holders (they join the line at once, with no
+        # deadline): dropped.
+        flow.deliver(entry.name, flow.ops.release(entry.name, limits, key))
+        fixed += 1
+    for key in swept.unsent:
+        state = flow.ops.state(entry.name, limits, key)
+        if state.standing is FlowStanding.HOLDS:
+            flow.send(key, entry.name, state.attempt)
+            fixed += 1
+    return fixed

@@ -119,6 +119,15 @@ class Settings(BaseSettings, LimitFields):
     #: from a thread of their own (``tasks.wiring.publisher.SentEvents``): off saves that PUBLISH
     #: and its CPU, not the caller's wait; Flower still sees received, started and succeeded.
     task_sent_events: bool = True
+    #: Re-projection chunks running at once across every worker and every job (the fleet's
+    #: own flow-control entry ``tool_boundary.reproject``; ``tool-boundary limits set
+    #: tool_boundary.reproject --concurrency N`` changes it at run time). Set it the same on
+    #: every process, as a tool's declared limits are.
+    reproject_concurrency: int = Field(default=2, ge=1)
+    #: A chunk holds its slot as a lease it renews while it works (every third of this); a
+    #: chunk whose worker died or stalled loses it this long after its last renewal, when
+    #: the reaper's sweep frees it for the next chunk in line.
+    reproject_lease_s: float = Field(default=30.0, gt=0)
     #: Monitoring events of the reaper's runs (``tool_boundary.reap``, every
     #: ``reap_interval_s``): off, they stay out of Flower's task list, which they would fill
     #: (task-sent, received, started, succeeded: no event at all); on, they show as any task.

@@ -207,6 +207,9 @@ def celery_test_settings(**overrides: object) -> Settings:
         "max_raw_bytes": CELERY_MAX_RAW_BYTES,
         "reap_grace_s": 1,
         "publish_timeout_s": 2,
+        # A re-projection chunk killed with its worker frees its slot of the chunks' cap
+        # this long after its last renewal (the default, 30 s, would only slow the tests).
+        "reproject_lease_s": 3,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

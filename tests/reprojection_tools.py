@@ -21,6 +21,37 @@ VERSION_ENV = "TB_TEST_PROJECTOR_V"
 #: (``die`` queries): the paths come from the environment.
 HOLD_ENV = "TB_TEST_HOLD_FILE"
 DIE_ENV = "TB_TEST_DIE_MARKER"
+#: A Redis URL: version 2 then keeps a gauge of the projections running at once across every
+#: worker (``GAUGE_*`` keys), and its high-water mark, in Redis's own order of events. A
+#: chunk projects its records one after another, so the mark is at most the chunks running
+#: at once.
+GAUGE_ENV = "TB_TEST_GAUGE_URL"
+GAUGE_LIVE = "tb:test:gauge:live"
+GAUGE_MAX = "tb:test:gauge:max"
+GAUGE_SEEN = "tb:test:gauge:seen"
+#: Set while a ``hold`` query holds its projector.
+GAUGE_HOLDING = "tb:test:gauge:holding"
+#: How long each projection stays in the gauge, seconds: long enough for two chunks running
+#: at once to be in it together.
+GAUGE_PAUSE_S = 0.05
+_ENTER = """
+local n = redis.call('INCR', KEYS[1])
+if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end
+redis.call('INCR', KEYS[3])
+return n
+"""
+_gauge: list[Any] = []
+
+
+def _gauge_client() -> Any:
+    url = os.environ.get(GAUGE_ENV)
+    if not url:
+        return None
+    if not _gauge:
+        import redis
+
+        _gauge.append(redis.Redis.from_url(url))
+    return _gauge[0]
 
 
 def lookup(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -50,6 +81,22 @@ class LookupV2(LookupV1):
     of hits in the result, and a bug: ``boom`` queries raise."""
 
     def project(self, raw: Any, request: dict[str, Any]) -> Projection:
+        gauge = _gauge_client()
+        if gauge is None:
+            return self._project(raw, request)
+        holding = request["query"] == "hold"
+        gauge.eval(_ENTER, 3, GAUGE_LIVE, GAUGE_MAX, GAUGE_SEEN)
+        try:
+            if holding:
+                gauge.set(GAUGE_HOLDING, 1)
+            time.sleep(GAUGE_PAUSE_S)
+            return self._project(raw, request)
+        finally:
+            if holding:
+                gauge.delete(GAUGE_HOLDING)
+            gauge.decr(GAUGE_LIVE)
+
+    def _project(self, raw: Any, request: dict[str, Any]) -> Projection:
         query = request["query"]
         if query == "boom":
             raise RuntimeError(f"projector v2 broke on {raw['token']}")

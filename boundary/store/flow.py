@@ -27,6 +27,11 @@ class ToolLimits:
     rate_limit: int | None = None
     rate_period_s: float | None = None
     max_waiting: int | None = None
+    #: How long a slot stays held without a renewal before the sweep may free it, seconds:
+    #: for the fleet's own entries (``boundary.flow.Reserved``), whose holders have no call
+    #: record to check. ``None`` (every tool): the store's check interval, after which the
+    #: sweep reads the holder's record.
+    lease_s: float | None = None
 
     @classmethod
     def of(cls, spec: ToolSpec) -> ToolLimits:

@@ -77,6 +77,9 @@ def _opt(value: float | None) -> str | int:
 
 def _limit_args(limits: ToolLimits, check_ms: int) -> list[str | int]:
     period = None if limits.rate_period_s is None else max(limits.rate_period_s * 1000, 1)
+    if limits.lease_s is not None:
+        # A lease renewed by its holder (a reserved entry): its expiry is the check time.
+        check_ms = max(int(limits.lease_s * 1000), 1)
     return [
         _opt(limits.concurrency),
         _opt(limits.tenant_concurrency),
@@ -171,13 +174,23 @@ class RedisFlow:
         return _reply(self._run("confirm", tool, limits, key.identity))
 
     def release(
-        self, tool: str, limits: ToolLimits, key: CanonicalKey, *, attempt: int | None = None
+        self,
+        tool: str,
+        limits: ToolLimits,
+        key: CanonicalKey,
+        *,
+        attempt: int | None = None,
+        expired: bool = False,
     ) -> FlowReply:
         """The call ended: its slot or its place in line goes, free slots go to the line.
         ``attempt``: only the slot that attempt holds (code -2 when another attempt holds it:
-        left alone)."""
+        left alone). ``expired``: only a slot whose lease ran out unrenewed (code -3 when it
+        has not: left alone, and the reply's ``wake_at_ms`` is the lease's expiry, not a
+        wake-up), for a reserved entry's holders."""
         fence = "" if attempt is None else attempt
-        return _reply(self._run("release", tool, limits, key.identity, fence))
+        return _reply(
+            self._run("release", tool, limits, key.identity, fence, "expired" if expired else "")
+        )
 
     def requeue(
         self,
@@ -279,6 +292,8 @@ class RedisFlow:
         )
 
     def renew(self, tool: str, limits: ToolLimits, key: CanonicalKey, attempt: int) -> bool:
+        """Attempt ``attempt`` still holds the slot: its next check (for a reserved entry, its
+        lease's expiry) moves on. ``False``: another attempt, or none, holds it (fenced)."""
         return int(self._run("renew", tool, limits, key.identity, attempt)) == 1
 
     def mark_unsent(self, tool: str, key: CanonicalKey) -> None:

@@ -17,6 +17,7 @@ from boundary.store.base import CanonicalStore
 _START = load_script("jobs/start")
 _CHECKPOINT = load_script("jobs/checkpoint")
 _CANCEL = load_script("jobs/cancel")
+_SLOT = load_script("jobs/slot")
 
 #: A job's hash and lines live this long after its last checkpoint (a week).
 DEFAULT_JOB_TTL_S = 7 * 24 * 3600
@@ -110,6 +111,7 @@ class RedisJobs:
         self._start = client.register_script(_START)
         self._checkpoint = client.register_script(_CHECKPOINT)
         self._cancel = client.register_script(_CANCEL)
+        self._slot = client.register_script(_SLOT)
 
     @classmethod
     def of(cls, store: CanonicalStore) -> RedisJobs | None:
@@ -183,6 +185,12 @@ class RedisJobs:
         with translated():
             state = self._cancel(keys=[keys.job_key(job_id)], args=[])
         return str(state) or None
+
+    def next_slot(self, job_id: str, lane: int) -> int:
+        """The lane's next fencing token for its hold on a re-projection slot (counts up
+        from 1); 0 when the job is gone."""
+        with translated():
+            return int(self._slot(keys=[keys.job_key(job_id)], args=[lane]))
 
     def lines(
         self, job_id: str, after: str = "0", count: int = 1000, block_ms: int | None = None

@@ -41,6 +41,7 @@ from tasks.cli.common import (
 from tasks.exits import EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.settings import Settings
 from tasks.wiring.reproject import ReprojectError
+from tasks.worker.chunk_slots import lane_states, slots_text, slots_view
 from tasks.worker.jobs import DEFAULT_CHUNK_RUNS, DEFAULT_LANES, send_lanes
 
 #: Lines read from a job's stream per round trip while following it.
@@ -475,10 +476,16 @@ def jobs_show(job_id: JobArg, as_json: JsonFlag = False) -> None:
     require_id(job_id, "job id")
     settings = settings_or_fail()
     with reaching(settings):
-        job = _jobs_or_fail().get(job_id)
+        store = open_store(settings)
+        jobs = RedisJobs.of(store)
+        assert jobs is not None
+        job = jobs.get(job_id)
+        states = lane_states(store.flow_ops, job) if job is not None else {}
     if job is None:
         fail(f"no job {job_id} (JOB_NOT_FOUND)", EXIT_NOT_FOUND)
     view = job.as_dict() | {"summary": summary(job.totals)}
+    if states:
+        view["slots"] = slots_view(states)
     if as_json:
         typer.echo(dumps(view))
         return
@@ -490,6 +497,8 @@ def jobs_show(job_id: JobArg, as_json: JsonFlag = False) -> None:
     table.add_row("selection", Text(printable(dumps(job.spec.get("selection", {})))))
     table.add_row("write", str(bool(job.spec.get("write"))))
     table.add_row("lanes", f"{job.lanes_ended} of {job.lanes} ended")
+    if "slots" in view:
+        table.add_row("slots", slots_text(view["slots"]))
     table.add_row("chunks", str(job.chunks))
     table.add_row("created", _when(job.created_at_ms))
     table.add_row("updated", _when(job.updated_at_ms))

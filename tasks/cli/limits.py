@@ -27,6 +27,7 @@ from tasks.exits import EXIT_NOT_FOUND, EXIT_USAGE
 from tasks.runtime import registry_or_empty
 from tasks.settings import Settings
 from tasks.views import limits_view
+from tasks.worker import chunk_slots
 
 limits_app = typer.Typer(
     name="limits",
@@ -36,7 +37,14 @@ limits_app = typer.Typer(
     rich_markup_mode="markdown",
 )
 
-ToolArg = Annotated[str, typer.Argument(help="The tool's registered name.", show_default=False)]
+ToolArg = Annotated[
+    str,
+    typer.Argument(
+        help="The tool's registered name, or tool_boundary.reproject (re-projection chunks "
+        "at once, fleet-wide).",
+        show_default=False,
+    ),
+]
 NONE = "none"
 #: The largest count an option takes (a limit past it is no limit: use ``none``).
 MAX_COUNT = 1_000_000
@@ -50,7 +58,10 @@ def _flow(settings: Settings, store: RedisCanonicalStore, *, sending: bool = Fal
 
         # Calls a raised limit lets start are sent from here, at once.
         sender = CeleryDispatcher(app)
-    return Flow(store, registry_or_empty(settings), sender)
+    flow = Flow(store, registry_or_empty(settings), sender)
+    # The fleet's own entries are listed, and may be set, like tools.
+    chunk_slots.reserve(flow, settings)
+    return flow
 
 
 def _shown(value: int | None) -> str:
@@ -145,7 +156,10 @@ def _rate(value: str | None) -> tuple[int | None, int | None] | str:
 
 def _known(settings: Settings, tool: str, store: RedisCanonicalStore | None = None) -> None:
     """Exits 1 for a tool the registry does not have (when one is loaded), unless ``store``
-    knows it as a limited tool (an override, or in use by another registry's processes)."""
+    knows it as a limited tool (an override, or in use by another registry's processes).
+    The fleet's own entries (``tool_boundary.reproject``) are always known."""
+    if tool == chunk_slots.REPROJECT_SLOTS:
+        return
     registry = registry_or_empty(settings)
     if not len(registry) or tool in registry:
         return
@@ -228,4 +242,5 @@ def _done(view: dict[str, Any], started: int, as_json: bool) -> None:
         return
     _print([view])
     if started:
-        typer.echo(f"{started} waiting call(s) started")
+        what = "chunk(s)" if view["tool"] == chunk_slots.REPROJECT_SLOTS else "call(s)"
+        typer.echo(f"{started} waiting {what} started")

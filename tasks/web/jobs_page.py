@@ -1,5 +1,6 @@
 """The web view's jobs page (``/jobs``): re-projection jobs with their state and progress,
-read from the jobs index and one pipeline of job hashes (counts only, nothing raw)."""
+read from the jobs index and one pipeline of job hashes (counts only, nothing raw), and for
+a running job where its lanes stand at the fleet's cap of chunks (one read a lane)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from starlette.responses import Response
 from boundary.reprojection import summary
 from boundary.store.base import CanonicalStore
 from boundary.store.redis_jobs import RedisJobs
+from tasks.worker.chunk_slots import lane_states, slots_text, slots_view
 
 #: Jobs the page lists, newest first.
 JOBS_PAGE = 50
@@ -28,8 +30,11 @@ def jobs_view(store: CanonicalStore) -> dict[str, Any]:
     if jobs is None:
         return {"jobs": [], "available": False}
     rows = []
+    flow_ops = getattr(store, "flow_ops", None)
     for job in jobs.recent(JOBS_PAGE):
         shown = job.as_dict()
+        # A running job's lanes at the fleet's cap of chunks: holding a slot, or waiting.
+        states = lane_states(flow_ops, job) if flow_ops is not None else {}
         rows.append(
             {
                 "job_id": job.job_id,
@@ -40,6 +45,7 @@ def jobs_view(store: CanonicalStore) -> dict[str, Any]:
                 "created": _when(job.created_at_ms),
                 "updated": _when(job.updated_at_ms),
                 "totals": summary(job.totals),
+                "slots": slots_text(slots_view(states)) if states else None,
             }
         )
     return {"jobs": rows, "available": True}

@@ -29,6 +29,7 @@ from tasks.runtime import Runtime, get_runtime
 from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, REAP, app
 from tasks.wiring.dispatcher import CeleryDispatcher
 from tasks.wiring.failures import CodeOnlyFailures, ToolCallFailed
+from tasks.worker import chunk_slots
 from tasks.worker.progress_events import ProgressEvents
 from tasks.worker.step_store import STORE_RETRY_DELAY_S, retrying, step_store
 
@@ -54,11 +55,14 @@ def worker_runtime() -> Runtime:
     runtime = get_runtime()
     flow = runtime.store.flow
     if flow is None:
-        Flow.install(runtime.store, runtime.registry, attempt_sender())
+        flow = Flow.install(runtime.store, runtime.registry, attempt_sender())
     elif isinstance(flow, Flow) and flow.sender is not attempt_sender():
         # Installed by a caller in this process first (a boundary made on the same store):
         # in a worker, the calls handed a slot go out through the worker's own sender.
         flow.sender = attempt_sender()
+    if isinstance(flow, Flow):
+        # The cap of re-projection chunks: its slots, its line and its sweep.
+        chunk_slots.reserve(flow, runtime.settings)
     return runtime
 
 

@@ -1,5 +1,7 @@
 """Re-projection jobs in the workers: ``reproject_chunk`` does one chunk of one lane of a job
-and sends the lane's next chunk, so a job outlives the command that started it.
+and sends the lane's next chunk, so a job outlives the command that started it. A chunk runs
+under the fleet-wide cap of chunks at once (``tasks.worker.chunk_slots``): one that cannot
+have a slot waits in the cap's line in Redis, and is sent again by whoever frees one.
 
 A job is a hash in Redis (``boundary.store.redis_jobs``): its selection, each lane's cursor
 and the totals. A chunk's totals, report lines and cursor move in one script after the chunk
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from boundary import StoreError
+from boundary.flow import Flow
 from boundary.reprojection import (
     ChunkReport,
     Reprojector,
@@ -29,7 +32,9 @@ from boundary.reprojection import (
 )
 from boundary.store.redis_jobs import Checkpoint, Job, RedisJobs
 from tasks.runtime import get_runtime
-from tasks.wiring.app import REPROJECT_CHUNK, REPROJECTIONS_QUEUE, app
+from tasks.wiring.app import REPROJECT_CHUNK, app
+from tasks.worker.calls import worker_runtime
+from tasks.worker.chunk_slots import REPROJECT_SLOTS, send_chunk, take
 from tasks.worker.step_store import retrying
 
 logger = logging.getLogger(__name__)
@@ -51,13 +56,7 @@ def _jobs() -> RedisJobs:
 
 def send_lane(job_id: str, lane: int, countdown_s: float = 0.0) -> None:
     """Sends the lane's next chunk to the ``reprojections`` queue."""
-    reproject_chunk.apply_async(
-        (job_id, lane),
-        queue=REPROJECTIONS_QUEUE,
-        countdown=countdown_s or None,
-        argsrepr=repr((job_id, lane)),
-        kwargsrepr="{}",
-    )
+    send_chunk(job_id, lane, countdown_s=countdown_s)
 
 
 def send_lanes(job: Job) -> int:
@@ -101,14 +100,23 @@ def _send_progress(task: Any, job: Job) -> None:
         logger.warning("job %s progress event not sent: %s", job.job_id, type(exc).__name__)
 
 
+def _token(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
 @app.task(name=REPROJECT_CHUNK, acks_late=True, bind=True)
-def reproject_chunk(self: Any, job_id: str, lane: int) -> dict[str, Any]:
-    """One chunk of one lane of job ``job_id``; sends the lane's next chunk. Returns counts
-    only."""
-    if not isinstance(job_id, str) or not isinstance(lane, int):
+def reproject_chunk(
+    self: Any, job_id: str, lane: int, slot: int | None = None, seen: int | None = None
+) -> dict[str, Any]:
+    """One chunk of one lane of job ``job_id`` under the fleet-wide cap; sends the lane's
+    next chunk. ``slot``: the attempt it was handed a slot for (sent from the cap's line);
+    ``seen``: the attempt it found holding its lane before. Returns counts only."""
+    if not isinstance(job_id, str) or not isinstance(lane, int) or not _token(slot):
+        return {"error": "INVALID_ARGUMENTS"}
+    if not _token(seen):
         return {"error": "INVALID_ARGUMENTS"}
     try:
-        result = retrying(lambda: _chunk(job_id, lane, lambda job: _send_progress(self, job)))
+        result = _capped(job_id, lane, slot, seen, lambda job: _send_progress(self, job))
     except StoreError:
         # The lane stays where it was: ``reproject --job ID`` resumes it.
         logger.error("job %s lane %d: store unavailable; the lane waits", job_id, lane)
@@ -136,17 +144,46 @@ def _fail_lane(job_id: str, lane: int) -> None:
         logger.error("job %s lane %d: not marked failed (store unavailable)", job_id, lane)
 
 
-def _chunk(job_id: str, lane: int, on_start: Callable[[Job], None]) -> dict[str, Any]:
+def _capped(
+    job_id: str, lane: int, slot: int | None, seen: int | None, on_start: Callable[[Job], None]
+) -> dict[str, Any]:
+    """The chunk once it holds a slot of the cap; its slot is given up before the lane's
+    next chunk is sent, so that chunk takes its turn behind the lanes waiting in line."""
+    runtime = worker_runtime()
+    flow = runtime.store.flow
+    if not isinstance(flow, Flow) or REPROJECT_SLOTS not in flow.reserved:
+        result, countdown = retrying(lambda: _chunk(job_id, lane, on_start))
+    else:
+
+        def again(holder: int, delay_s: float) -> None:
+            send_chunk(job_id, lane, seen=holder or None, countdown_s=delay_s)
+
+        taken = retrying(
+            lambda: take(flow, _jobs(), job_id, lane, slot=slot, seen=seen, on_again=again)
+        )
+        if taken.hold is None:
+            return {"job_id": job_id, "lane": lane, "state": taken.state}
+        with taken.hold:
+            result, countdown = retrying(lambda: _chunk(job_id, lane, on_start))
+    if countdown is not None:
+        send_lane(job_id, lane, countdown)
+    return result
+
+
+def _chunk(
+    job_id: str, lane: int, on_start: Callable[[Job], None]
+) -> tuple[dict[str, Any], float | None]:
+    """One chunk: its result, and the countdown of the lane's next chunk (``None``: none)."""
     runtime = get_runtime()
     jobs = _jobs()
     job = jobs.get(job_id)
     if job is None or not job.active or lane in job.ended or lane not in job.cursors:
-        return {"job_id": job_id, "lane": lane, "state": job.state if job else "gone"}
+        return {"job_id": job_id, "lane": lane, "state": job.state if job else "gone"}, None
     on_start(job)
     before = job.cursors[lane]
     if job.cancel:
         code = jobs.checkpoint(job_id, lane, before=before, after=before, totals={}, lines=[])
-        return _progress(job, lane, 0, code)
+        return _progress(job, lane, 0, code), None
     spec = job.spec
     selection = Selection.from_json(spec["selection"])
     runs, after = page_runs(
@@ -170,8 +207,9 @@ def _chunk(job_id: str, lane: int, on_start: Callable[[Job], None]) -> dict[str,
         totals=dict(report.totals),
         lines=dumps_lines(report.lines),
     )
+    countdown = None
     if code == Checkpoint.GOES_ON:
-        send_lane(job_id, lane, pace_s(spec, job.lanes, report.totals["records"]))
+        countdown = pace_s(spec, job.lanes, report.totals["records"])
     elif code == Checkpoint.NOT_MINE:
         logger.info("job %s lane %d: chunk done by another task; not counted", job_id, lane)
-    return _progress(job, lane, len(runs), code)
+    return _progress(job, lane, len(runs), code), countdown
