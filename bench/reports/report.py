@@ -30,7 +30,8 @@ ISSUE_26_TARGETS: tuple[tuple[str, str, float, str], ...] = (
     ),
 )
 
-#: The targets a run is judged by now: issue 35's bounds against the fair peer and DBOS.
+#: The targets a run is judged by now: issue 35's bounds against the fair peer and DBOS, and
+#: issue 40's bound on live calls during a re-projection job (B9).
 TARGETS: tuple[tuple[str, str, float, str], ...] = (
     ("b1_threads_ratio", ">=", 0.95, "B1 throughput vs the fair peer, threads pool"),
     ("b1_prefork_ratio", ">=", 0.95, "B1 throughput vs the fair peer, prefork pool"),
@@ -38,6 +39,8 @@ TARGETS: tuple[tuple[str, str, float, str], ...] = (
     *ISSUE_26_TARGETS[3:],
     ("dbos_ratio", ">=", 1.5, "throughput vs DBOS, 10 ms polling (--peers dbos)"),
     ("dbos_call_p50_ratio", "<=", 0.25, "sequential call p50 vs DBOS, 10 ms polling"),
+    # Issue 40, item 6.
+    ("b9_live_p50_ratio", "<=", 1.5, "B9 live call p50 during a full-speed job / idle"),
 )
 
 
@@ -140,6 +143,13 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             out[f"b6s_{name}"] = scale[name]
     if "b7" in results:
         out.update(_b7_figures(results["b7"]))
+    if "b9" in results:
+        b9 = results["b9"]
+        out["b9_live_p50_ratio"] = b9["p50_ratio"]["median"]
+        out["b9_live_p95_ratio"] = b9["p95_ratio"]["median"]
+        out["b9_idle_p50_ms"] = b9["idle_p50_ms"]
+        out["b9_busy_p50_ms"] = b9["busy_p50_ms"]
+        out["b9_job_records_per_s"] = b9["job_records_per_s"]["median"]
     dbos = _first(results.get("dbos", {}))
     if dbos is not None:
         out.update(dbos_figures(dbos))

@@ -49,6 +49,8 @@ def spreads(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for name in ("call_over_bare_call_p50", "submit_over_apply_async_p50"):
             if f"{name}_pairs" in b2:
                 out[f"b2_{name}"] = noise(b2[f"{name}_pairs"])
+    if "b9" in results:
+        out["b9_live_p50_ratio"] = noise(results["b9"]["p50_ratio"])
     dbos = _first(results.get("dbos", {}))
     if dbos is not None:
         for side, got in dbos["sides"].items():

@@ -20,64 +20,19 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bench.rig.workers import Pool, WorkerProcess, running
 from bench.suite.config import bench_settings
-from bench.suite.fixtures import batched, create_noop, ensure_scripts
-from boundary import CanonicalKey, EvidenceStatus, RedisCanonicalStore, canonical_json
+from bench.suite.fixtures import EXAMPLE_TOOLS, ensure_scripts, write_rag_runs
+from boundary import RedisCanonicalStore
 from boundary.reprojection import Selection, count
 from boundary.store import keys
 from boundary.store.redis_jobs import RedisJobs
 from tasks.settings import Settings
 from tasks.wiring.app import PROJECTIONS_QUEUE, REPROJECTIONS_QUEUE, configure
-
-#: The example tool whose records are re-projected (its projector: ``projectors.rag``).
-TOOL = "search_docs"
-#: The worker's tools: the examples (``search_docs`` among them).
-TOOLS = "examples.tools:registry"
-
-
-def raw_response(n: int) -> str:
-    """A RAG tool's raw response: three ranked hits of a few hundred bytes."""
-    hits = [
-        {
-            "doc_id": f"doc-{n}-{i}",
-            "score": 1.0 / (i + 1),
-            "title": f"Runbook {i}",
-            "text": f"Retry timeouts on the payments api after deploy {n}. " * 4,
-        }
-        for i in range(3)
-    ]
-    return canonical_json({"query": "payments timeouts", "hits": hits})
-
-
-def write_runs(store: RedisCanonicalStore, runs: int, calls: int) -> float:
-    """Writes ``runs`` runs of ``calls`` sealed READY calls of ``TOOL``: seconds taken."""
-    sealed = canonical_json({"hits": [{"doc_id": "doc", "snippet": "old"}]})
-
-    def keys() -> Iterator[CanonicalKey]:
-        for r in range(runs):
-            for c in range(calls):
-                yield CanonicalKey(run_id=f"b8-run-{r}", tool_call_id=f"call_{c}")
-
-    def write(batch: RedisCanonicalStore, key: CanonicalKey) -> None:
-        request = canonical_json({"query": "payments timeouts"})
-        create_noop(batch, key, tool_name=TOOL, request=request)
-        batch.store_raw(key, raw_response(int(key.tool_call_id.rsplit("_", 1)[1])))
-        batch.seal(
-            key,
-            evidence_status=EvidenceStatus.EVIDENCE_FOUND,
-            agent_result=sealed,
-            projector_version="1",
-        )
-
-    began = time.perf_counter()
-    batched(store, keys(), write)
-    return time.perf_counter() - began
 
 
 def workers(settings: Settings, queue: str, pool: Pool, processes: int, log_dir: Path) -> Any:
@@ -186,12 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    settings = bench_settings(args.redis_url).model_copy(update={"tools": TOOLS})
+    settings = bench_settings(args.redis_url).model_copy(update={"tools": EXAMPLE_TOOLS})
     store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=settings.ttl_s)
     for url in (settings.store_url, settings.broker, settings.backend):
         RedisCanonicalStore.from_url(url).client.flushdb()
     ensure_scripts(store)
-    write_s = write_runs(store, args.runs, args.calls)
+    write_s = write_rag_runs(store, args.runs, args.calls)
     run_ids = [f"b8-run-{r}" for r in range(args.runs)]
     print(f"B8: wrote {args.runs:,} runs of {args.calls} calls in {write_s:.1f}s", file=sys.stderr)
     results: dict[str, Any] = {"runs": args.runs, "calls_per_run": args.calls, "write_s": write_s}

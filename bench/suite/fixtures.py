@@ -10,7 +10,8 @@ Lua, as ``create``, ``store_raw`` and ``seal`` would make it, at a fraction of t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -137,6 +138,55 @@ def write_pending(
         calls,
         lambda batch, key: create_noop(batch, key, request=_request(key), deadline=deadline),
     )
+
+
+#: The example RAG tool whose sealed runs ``write_rag_runs`` writes (its projector:
+#: ``projectors.rag``), and the registry that holds it.
+RAG_TOOL = "search_docs"
+EXAMPLE_TOOLS = "examples.tools:registry"
+
+
+def rag_raw_response(n: int) -> str:
+    """A RAG tool's raw response: three ranked hits of a few hundred bytes."""
+    hits = [
+        {
+            "doc_id": f"doc-{n}-{i}",
+            "score": 1.0 / (i + 1),
+            "title": f"Runbook {i}",
+            "text": f"Retry timeouts on the payments api after deploy {n}. " * 4,
+        }
+        for i in range(3)
+    ]
+    return canonical_json({"query": "payments timeouts", "hits": hits})
+
+
+def write_rag_runs(
+    store: RedisCanonicalStore, runs: int, calls: int, *, prefix: str = "b8-run"
+) -> float:
+    """Writes ``runs`` runs (``<prefix>-<n>``) of ``calls`` calls of ``RAG_TOOL``, sealed
+    READY with an old projection and their raw responses kept (what a re-projection with
+    the current projector reads): seconds taken."""
+    sealed = canonical_json({"hits": [{"doc_id": "doc", "snippet": "old"}]})
+    request = canonical_json({"query": "payments timeouts"})
+
+    def keys() -> Iterator[CanonicalKey]:
+        for r in range(runs):
+            for c in range(calls):
+                yield CanonicalKey(run_id=f"{prefix}-{r}", tool_call_id=f"call_{c}")
+
+    def write(batch: RedisCanonicalStore, key: CanonicalKey) -> None:
+        create_noop(batch, key, tool_name=RAG_TOOL, request=request)
+        batch.store_raw(key, rag_raw_response(int(key.tool_call_id.rsplit("_", 1)[1])))
+        batch.seal(
+            key,
+            evidence_status=EvidenceStatus.EVIDENCE_FOUND,
+            agent_result=sealed,
+            projector_version="1",
+        )
+
+    began = time.perf_counter()
+    batched(store, keys(), write)
+    return time.perf_counter() - began
 
 
 def ensure_scripts(store: RedisCanonicalStore) -> None:

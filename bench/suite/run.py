@@ -1,4 +1,4 @@
-"""``python -m bench``: starts its own workers against a real Redis, measures B1-B6 in one
+"""``python -m bench``: starts its own workers against a real Redis, measures B1-B9 in one
 run, and writes the report (JSON, a PNG chart of B1 and B2, a Markdown summary)."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from bench.suite import (
     b6_scale,
     b7_async,
     b8_turns,
+    b9_live_during_job,
     dbos_compare,
 )
 from bench.suite.config import (
@@ -49,7 +50,9 @@ from bench.suite.meta import load, machine
 from bench.suite.sides import Bare, BareOne, Defaults, Inline, Ours, Side, make_store
 
 ROOT = Path(__file__).resolve().parents[2]
-PHASES = ("b1", "b2", "b3", "b4", "b5", "b6", "b6s", "b7", "b8")
+#: b9 (live calls during a re-projection job) starts a fleet of its own and flushes the DBs:
+#: it runs last.
+PHASES = ("b1", "b2", "b3", "b4", "b5", "b6", "b6s", "b7", "b8", "b9")
 #: Seconds a run waits for another one on the same Redis server (they share DBs 3-5).
 DEFAULT_LOCK_WAIT_S = 900.0
 #: Exit status when that wait runs out (EX_TEMPFAIL).
@@ -193,6 +196,8 @@ class Bench:
             # ASYNC: a million keys take longer to free than the store's socket timeout.
             self.ours.store.client.flushdb(asynchronous=True)
             ensure_scripts(self.ours.store)
+        if "b9" in self.phases:
+            self.b9()
         self.results["seconds"] = time.monotonic() - began
         return self.results
 
@@ -315,6 +320,24 @@ class Bench:
             f"{submit['one_submit_p50_ms']:.2f} ms ({submit['ratio']:.2f}x, target <= 2); "
             f"calls/s as turns over one by one {rate['ratio']:.2f}x "
             f"(spread {rate['spread'][0]:.2f}-{rate['spread'][1]:.2f}, target >= 1.5)"
+        )
+
+    def b9(self) -> None:
+        b9 = b9_live_during_job  # its sizes, knobs and target
+        sizes = b9.QUICK if self.args.quick else b9.FULL
+        log(
+            f"B9: {sizes.samples} sequential live calls a block, idle and during a full-speed "
+            f"re-projection job on {sizes.runs * sizes.calls:,} records, x{sizes.repeat}"
+        )
+        got = b9.measure(self.args.redis_url, sizes, b9.Knobs(), self.args.out / "logs")
+        self.results["b9"] = got
+        # Its records are of the example tools, not the no-op: no phase reads them.
+        flush_own_dbs(self.args.redis_url)
+        ensure_scripts(self.ours.store)
+        ratio = got["p50_ratio"]
+        log(
+            f"B9: live p50 during the job / idle {quoted(ratio)} (target <= {b9.TARGET:g}), "
+            f"job {got['job_records_per_s']['median']:,.0f} records/s"
         )
 
     def b7(self, pool: Pool) -> None:
