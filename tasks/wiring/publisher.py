@@ -320,14 +320,27 @@ class SentEvents:
                 batch = list(self._queue)
                 self._queue.clear()
             try:
-                with self.app.producer_or_acquire() as producer:
-                    for type, fields in batch:
-                        self._events().publish(
-                            type, fields, producer, retry=True, retry_policy=policy
-                        )
+                self._publish_batch(batch, policy)
             except Exception:
                 # The exception's text may name the broker URL: none of it is logged.
                 logger.warning("%d task-sent event(s) could not be published", len(batch))
+
+    def _publish_batch(self, batch: list[tuple[str, dict[str, Any]]], policy: Any) -> None:
+        """Publishes ``batch`` in one producer batch (one pipeline, one round trip, on a
+        Redis broker); if that fails, each event again with the publish retry policy (a
+        batch whose reply was lost may then show twice: Flower merges a repeated event)."""
+        with self.app.producer_or_acquire() as producer:
+            batched = getattr(producer, "batch", None)
+            if len(batch) > 1 and batched is not None:
+                try:
+                    with batched():
+                        for type, fields in batch:
+                            self._events().publish(type, fields, producer)
+                    return
+                except Exception:
+                    logger.debug("a batch of task-sent events failed: publishing each")
+            for type, fields in batch:
+                self._events().publish(type, fields, producer, retry=True, retry_policy=policy)
 
 
 #: Every ``SentEvents`` alive, for the fork and exit hooks (weakly: they hold apps).
