@@ -13,7 +13,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
 from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.wiring.failures import ToolCallFailed
-from tasks.wiring.publisher import PublishThread, SentEvents, publisher_app
+from tasks.wiring.publisher import HeldEvents, PublishThread, SentEvents, publisher_app
 from tasks.wiring.results import RecordResults
 from tasks.wiring.turn_messages import publish_turn
 
@@ -118,13 +118,16 @@ class CeleryDispatcher:
         def send(key: CanonicalKey, queue: str, producer: Any, events: Any) -> None:
             self._send(key, 1, queue, origin, producer=producer, events=events)
 
+        # The turn's task-sent events go once its messages are written (``HeldEvents``).
+        held = HeldEvents()
         try:
             with self.publisher.producer_or_acquire() as producer, producer.batch():
-                publish_turn(producer, self.sent_events, list(calls), send)
+                publish_turn(producer, held, calls, send)
         except DispatchError:
             raise
         except Exception:
             raise DispatchError() from None
+        held.hand_to(self.sent_events)
 
     async def asend_attempt(self, key: CanonicalKey, *, attempt: int, queue: str) -> None:
         """``send_attempt`` for an event loop: published from the dispatcher's publishing

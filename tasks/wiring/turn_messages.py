@@ -8,10 +8,13 @@ a turn differ only in their ids: the same task, queue, options, reply address an
 headers. So the first call of each queue goes through ``send_task`` as one call by itself
 does, with its producer and event dispatcher recorded (``Recorder``); each other call's
 message is that one with its ids put in (``TurnTemplate``): the task id (header ``id``,
-``root_id``, the ``correlation_id`` property), the arguments and their ``argsrepr``, and the
-chained project step's task id, arguments and ``argsrepr``. kombu then serializes and
-publishes it as Celery's own publish would (``Producer.publish`` with the options Celery
-gave the first), into the same producer batch.
+``root_id``, the ``correlation_id`` property), the arguments and their ``argsrepr`` (header
+and property), and the chained project step's task id, arguments and ``argsrepr``; its
+task-sent event is the first's with its task id, root id and ``argsrepr``. kombu then
+serializes and publishes it as Celery's own publish would (``Producer.publish`` with the
+options Celery gave the first), into the same producer batch. A template is checked once:
+a message made from it for another call must name nothing of the first call, else (a Celery
+that added a field naming the call) every message goes through Celery.
 
 Celery's publish signals (``before_task_publish``, ``after_task_publish``, ``task_sent``) fire
 for messages built by Celery only: with a receiver connected (an instrumentation that adds

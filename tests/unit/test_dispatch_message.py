@@ -118,6 +118,12 @@ class Events:
         assert type == "task-sent"
         self.fields.append(dict(fields))
 
+    def publish_many(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        # A turn's events, handed over once its messages are written, stamped when sent
+        for type, fields in events:
+            assert fields.pop("timestamp") > 0
+            self.publish(type, fields, None)
+
 
 def counting_sends(dispatcher: CeleryDispatcher) -> list[str]:
     """The task ids the dispatcher's publisher builds through Celery's ``send_task``."""
@@ -211,9 +217,7 @@ def test_with_a_publish_signal_receiver_every_message_of_a_turn_goes_through_cel
     assert [m["headers"]["x-seen"] for m in turn] == ids
 
 
-def test_a_message_field_naming_the_call_that_copies_would_not_rewrite_stops_the_copies() -> (
-    None
-):
+def test_a_message_field_naming_the_call_that_copies_would_not_rewrite_stops_the_copies() -> None:
     # Given a Celery whose message carries one more field naming the call (here: a property
     # set from the task id), which the turn's copies do not know to rewrite
     app = memory_app()
