@@ -6,7 +6,8 @@
 - **throughput**: calls/s of ``agents`` threads, each making turns of ``size`` calls, as one
   turn (``invoke_many``) against one by one (``submit`` each, then wait for each: what an
   agent loop did before), alternating; target: turns >= 1.5x. Each ratio is the median of
-  the repetitions, with its spread.
+  the repetitions, with its spread; and each way the CPU a call cost the client (this
+  process), our worker (its process group) and Redis (``INFO cpu``), medians in ms.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
+from bench.suite.cpu import group_cpu_s, own_cpu_s, server_cpu_s
 from bench.suite.sides import CALL_TIMEOUT_S, NOOP, Ours
 from boundary import RunContext, ToolCallEnvelope, ToolOutcome
 
@@ -95,29 +98,78 @@ def _one_by_one(ours: Ours, size: int) -> None:
     _wait_all(ours, envelopes)
 
 
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """Whose CPU a throughput sample also measures: the worker's process group and the
+    Redis server (``None``: not measured)."""
+
+    worker_pgid: int | None = None
+    server: Any = None
+
+
 def _rate(
-    ours: Ours, agent: Callable[[Ours, int], None], size: int, agents: int, turns: int
-) -> float:
-    """Calls/s of ``agents`` threads making ``turns`` turns each."""
+    ours: Ours,
+    agent: Callable[[Ours, int], None],
+    size: int,
+    agents: int,
+    turns: int,
+    where: _Where,
+) -> tuple[float, dict[str, float | None]]:
+    """Calls/s of ``agents`` threads making ``turns`` turns each, and the CPU each call cost
+    the client (this process), the worker and Redis, ms."""
 
     def one_agent(_: int) -> None:
         for _ in range(turns):
             agent(ours, size)
 
+    calls = agents * turns * size
+    pgid, server = where.worker_pgid, where.server
+    worker_before = None if pgid is None else group_cpu_s(pgid)
+    server_before = None if server is None else server_cpu_s(server)
+    client_before = own_cpu_s()
     began = time.perf_counter()
     with ThreadPoolExecutor(agents) as pool:
         list(pool.map(one_agent, range(agents)))
-    return agents * turns * size / (time.perf_counter() - began)
+    seconds = time.perf_counter() - began
+    client_after = own_cpu_s()
+    worker_after = None if pgid is None else group_cpu_s(pgid)
+    server_after = None if server is None else server_cpu_s(server)
+    cpu = {
+        "client_ms": _per_call(client_before, client_after, calls),
+        "worker_ms": _per_call(worker_before, worker_after, calls),
+        "redis_ms": _per_call(server_before, server_after, calls),
+    }
+    return calls / seconds, cpu
 
 
-def throughput(ours: Ours, size: int, agents: int, turns: int, repetitions: int) -> dict[str, Any]:
-    """Calls/s as turns and one by one, alternating (the order flipping each repetition)."""
+def _per_call(before: float | None, after: float | None, calls: int) -> float | None:
+    return None if before is None or after is None else (after - before) * 1000 / calls
+
+
+def _median_cpu(samples: list[dict[str, float | None]]) -> dict[str, float | None]:
+    """Each part's median over the samples (``None`` where it was not measured)."""
+    out: dict[str, float | None] = {}
+    for part in ("client_ms", "worker_ms", "redis_ms"):
+        values = [v for v in (s[part] for s in samples) if v is not None]
+        out[part] = statistics.median(values) if values else None
+    return out
+
+
+def throughput(
+    ours: Ours, size: int, agents: int, turns: int, repetitions: int, where: _Where | None = None
+) -> dict[str, Any]:
+    """Calls/s as turns and one by one, alternating (the order flipping each repetition),
+    with the CPU per call of the client, the worker and Redis each way (medians)."""
+    where = where or _Where()
     as_turns: list[float] = []
     singles: list[float] = []
+    cpu: dict[str, list[dict[str, float | None]]] = {"turns": [], "one_by_one": []}
     for rep in range(repetitions):
-        order = [(as_turns, _as_turns), (singles, _one_by_one)]
-        for rates, agent in order if rep % 2 == 0 else reversed(order):
-            rates.append(_rate(ours, agent, size, agents, turns))
+        order = [(as_turns, "turns", _as_turns), (singles, "one_by_one", _one_by_one)]
+        for rates, name, agent in order if rep % 2 == 0 else reversed(order):
+            rate, used = _rate(ours, agent, size, agents, turns, where)
+            rates.append(rate)
+            cpu[name].append(used)
     ratios = [t / s for t, s in zip(as_turns, singles, strict=True)]
     ratio = statistics.median(ratios)
     return {
@@ -132,14 +184,26 @@ def throughput(ours: Ours, size: int, agents: int, turns: int, repetitions: int)
         "spread": [min(ratios), max(ratios)],
         "target": THROUGHPUT_TARGET,
         "met": ratio >= THROUGHPUT_TARGET,
+        "cpu_per_call": {name: _median_cpu(samples) for name, samples in cpu.items()},
     }
 
 
 def measure(
-    ours: Ours, *, size: int, samples: int, agents: int, turns: int, repetitions: int
+    ours: Ours,
+    *,
+    size: int,
+    samples: int,
+    agents: int,
+    turns: int,
+    repetitions: int,
+    worker_pgid: int | None = None,
+    server: Any = None,
 ) -> dict[str, Any]:
-    """B8's figures: submit time and throughput of turns against one by one."""
+    """B8's figures: submit time and throughput of turns against one by one (with the CPU
+    per call of the worker in process group ``worker_pgid`` and of ``server`` when given)."""
     return {
         "submit": submit_times(ours, size, samples),
-        "throughput": throughput(ours, size, agents, turns, repetitions),
+        "throughput": throughput(
+            ours, size, agents, turns, repetitions, _Where(worker_pgid, server)
+        ),
     }

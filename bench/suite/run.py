@@ -235,7 +235,7 @@ class Bench:
             if first and "b7" in self.phases:
                 self.b7(pool)
             if first and "b8" in self.phases:
-                self.b8(pool)
+                self.b8(pool, pgids[self.ours.name])
             if self.dbos is not None:
                 self.dbos_peers(self.dbos, pool, pgids[self.ours.name])
 
@@ -307,10 +307,10 @@ class Bench:
         self.ours.store.client.flushdb()
         ensure_scripts(self.ours.store)
 
-    def b8(self, pool: Pool) -> None:
+    def b8(self, pool: Pool, ours_pgid: int) -> None:
         sizes = b8_turns.QUICK if self.args.quick else b8_turns.FULL
         log(f"B8: turns of {sizes['size']} calls against one by one, {pool.label}")
-        got = b8_turns.measure(self.ours, **sizes)
+        got = b8_turns.measure(self.ours, **sizes, worker_pgid=ours_pgid, server=self.server)
         self.results["b8"] = {"pool": pool.label, **got}
         self.ours.store.client.flushdb()
         ensure_scripts(self.ours.store)

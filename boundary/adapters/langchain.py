@@ -21,12 +21,13 @@ module.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from boundary import InvocationStatus, RunBoundary, ToolOutcome
 from boundary.adapters._common import Call, arun_calls, outcome_text, run_calls
-from boundary.adapters._gather import gathered_call
+from boundary.adapters._gather import gathered_call, gathered_call_sync
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
@@ -69,7 +70,10 @@ def tool_class() -> type[BaseTool]:
             under its id. Plain arguments carry no id: the boundary refuses them (it never makes
             one up) and the text of that refusal is returned."""
             call = self._call(input)
-            return self._answer(call, run_calls(self.handle, [call], replay=self.replay)[0])
+            outcome = _handed_over(call.tool_call_id)
+            if outcome is None:
+                outcome = run_calls(self.handle, [call], replay=self.replay)[0]
+            return self._answer(call, outcome)
 
         async def ainvoke(
             self,
@@ -133,7 +137,84 @@ def langchain_tools(handle: RunBoundary, *, replay: bool = False) -> list[BaseTo
 
 def tool_node(handle: RunBoundary, *, replay: bool = False, **options: Any) -> Any:
     """A LangGraph ``ToolNode`` over ``langchain_tools(handle, replay=replay)``; ``options``
-    go to it."""
+    go to it.
+
+    Run sync (``graph.invoke``), the node runs a model turn's calls on a thread pool, each
+    on its own: unless ``options`` bring a ``wrap_tool_call`` of their own (or ``replay``),
+    the node's ``wrap_tool_call`` gathers the calls of one model turn (the AI message the
+    node runs) into ONE turn of the boundary (``gathered_call_sync``). Run async, the
+    calls are gathered by the tools themselves (``gathered_call``)."""
     from langgraph.prebuilt import ToolNode
 
+    if not replay and "wrap_tool_call" not in options:
+        options["wrap_tool_call"] = turn_gatherer(handle, options.get("messages_key", "messages"))
+        # Without an async wrapper ToolNode would run the sync one on the event loop.
+        options.setdefault("awrap_tool_call", _pass_through)
     return ToolNode(langchain_tools(handle, replay=replay), **options)
+
+
+async def _pass_through(request: Any, execute: Any) -> Any:
+    return await execute(request)
+
+
+def turn_gatherer(handle: RunBoundary, messages_key: str = "messages") -> Any:
+    """A ``ToolNode`` ``wrap_tool_call`` that sends the calls of one model turn to
+    ``handle``'s tools together (``gathered_call_sync``); any other call runs as it would."""
+    tool = tool_class()
+
+    def wrap(request: Any, execute: Any) -> Any:
+        if not isinstance(request.tool, tool):
+            return execute(request)
+        own: Any = request.tool
+        if own.handle is not handle or own.replay:
+            return execute(request)
+        call: Call = own._call(request.tool_call)
+        if call.tool_call_id is None:
+            return execute(request)
+        expected = _turn_ids(request.state, handle, call.tool_call_id, messages_key)
+        outcome = gathered_call_sync(handle, call, expected)
+        # The tool answers with it on this thread (ToolNode's own handling of its answer,
+        # callbacks included, stays as it is).
+        _handed.outcome = (call.tool_call_id, outcome)
+        try:
+            return execute(request)
+        finally:
+            _handed.outcome = None
+
+    return wrap
+
+
+#: The outcome a ``turn_gatherer`` hands to the tool it runs next on this thread.
+_handed = threading.local()
+
+
+def _handed_over(tool_call_id: str | None) -> ToolOutcome | None:
+    """The outcome handed over for ``tool_call_id`` on this thread, taken (once)."""
+    handed = getattr(_handed, "outcome", None)
+    if handed is None or tool_call_id is None or handed[0] != tool_call_id:
+        return None
+    _handed.outcome = None
+    outcome: ToolOutcome = handed[1]
+    return outcome
+
+
+def _turn_ids(
+    state: Any, handle: RunBoundary, tool_call_id: str, messages_key: str
+) -> frozenset[str]:
+    """The ids of the calls to ``handle``'s tools in the AI message that asked for
+    ``tool_call_id`` (the latest one listing it), itself included; only it when no message
+    of the state lists it."""
+    from langchain_core.messages import AIMessage
+
+    messages = state.get(messages_key) if isinstance(state, Mapping) else state
+    if not isinstance(messages, list):
+        messages = getattr(state, messages_key, None)
+    names = {spec.name for spec in handle.tools()}
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, AIMessage) and any(
+            c.get("id") == tool_call_id for c in message.tool_calls
+        ):
+            return frozenset(
+                str(c["id"]) for c in message.tool_calls if c.get("id") and c.get("name") in names
+            ) | {tool_call_id}
+    return frozenset({tool_call_id})

@@ -13,8 +13,9 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
 from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.wiring.failures import ToolCallFailed
-from tasks.wiring.publisher import PublishThread, SentEvents, publisher_app
+from tasks.wiring.publisher import HeldEvents, PublishThread, SentEvents, publisher_app
 from tasks.wiring.results import RecordResults
+from tasks.wiring.turn_messages import publish_turn
 
 #: Longest step between two looks at a result on a backend that does not push results.
 POLL_S = 0.05
@@ -108,17 +109,25 @@ class CeleryDispatcher:
         """Sends the first attempt of each ``(key, queue)`` (a model turn's calls), each the
         message ``send_attempt`` sends, in ONE producer batch: on a Redis broker kombu
         buffers the messages' LPUSHes in one pipeline, written in one round trip when the
-        batch ends (other brokers publish them one after the other on one connection). A
-        batch that fails raises ``DispatchError`` for all of it (delivery uncertain)."""
+        batch ends (other brokers publish them one after the other on one connection). The
+        first message of each queue is built by Celery, the others copied from it with their
+        ids put in (``tasks.wiring.turn_messages``). A batch that fails raises
+        ``DispatchError`` for all of it (delivery uncertain)."""
         origin = _Origin(telemetry.trace_headers(), self.app.thread_oid)
+
+        def send(key: CanonicalKey, queue: str, producer: Any, events: Any) -> None:
+            self._send(key, 1, queue, origin, producer=producer, events=events)
+
+        # The turn's task-sent events go once its messages are written (``HeldEvents``).
+        held = HeldEvents()
         try:
             with self.publisher.producer_or_acquire() as producer, producer.batch():
-                for key, queue in calls:
-                    self._send(key, 1, queue, origin, producer=producer)
+                publish_turn(producer, held, calls, send)
         except DispatchError:
             raise
         except Exception:
             raise DispatchError() from None
+        held.hand_to(self.sent_events)
 
     async def asend_attempt(self, key: CanonicalKey, *, attempt: int, queue: str) -> None:
         """``send_attempt`` for an event loop: published from the dispatcher's publishing
@@ -136,6 +145,7 @@ class CeleryDispatcher:
         countdown_s: float = 0.0,
         *,
         producer: Any = None,
+        events: Any = None,
     ) -> None:
         headers, reply_to = origin
         ids = (key.run_id, key.tool_call_id)
@@ -181,7 +191,7 @@ class CeleryDispatcher:
                 ignore_result=True,
                 chain=[project],
                 headers=headers or None,
-                event_dispatcher=self.sent_events,
+                event_dispatcher=self.sent_events if events is None else events,
                 producer=producer,
             )
         except Exception:

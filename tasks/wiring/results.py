@@ -240,13 +240,26 @@ class _NoEvents:
         return None
 
 
-def _quiet_tasks(app: Celery) -> set[str]:
-    """Tasks whose annotation turns their events off."""
+#: Each app's quiet tasks, with the ``task_annotations`` they were read from.
+_quiet_of: WeakKeyDictionary[Celery, tuple[object, frozenset[str]]] = WeakKeyDictionary()
+
+
+def _quiet_tasks(app: Celery) -> frozenset[str]:
+    """Tasks whose annotation turns their events off.
+
+    Read once per ``task_annotations`` value (every send asks, also a worker's send of each
+    chained project step): read again when the setting is replaced (``configure``, a
+    ``conf.update``), not when the mapping it names is changed in place (Celery applies
+    annotations once too, when it binds a task)."""
     annotations = app.conf.get("task_annotations")
-    if not isinstance(annotations, dict):
-        return set()
-    return {
+    known = _quiet_of.get(app)
+    if known is not None and known[0] is annotations:
+        return known[1]
+    quiet = frozenset(
         name
-        for name, options in annotations.items()
+        for name, options in (annotations.items() if isinstance(annotations, dict) else ())
         if isinstance(options, dict) and options.get("send_events") is False
-    }
+    )
+    with _lock:
+        _quiet_of[app] = (annotations, quiet)
+    return quiet

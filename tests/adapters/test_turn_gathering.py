@@ -20,7 +20,7 @@ from boundary import RunBoundary
 from boundary.adapters.agents import agent_tools
 from boundary.adapters.langchain import tool_node
 from tests.adapters.test_agents_sdk import ScriptedModel, function_call, offline  # noqa: F401
-from tests.adapters.test_langgraph import call, graph
+from tests.adapters.test_langgraph import call, graph, sync_graph
 
 
 class Creates:
@@ -114,3 +114,63 @@ def test_a_langgraph_async_tool_node_turn_is_created_in_one_script(
     assert answers["call_lg_1"].status == answers["call_lg_2"].status == "success"
     assert answers["call_lg_3"].status == "error"
     assert json.loads(str(answers["call_lg_3"].content))["error_code"] == "INVALID_ARGUMENTS"
+
+
+def _three_calls(prefix: str) -> GenericFakeChatModel:
+    return GenericFakeChatModel(
+        messages=iter(
+            [
+                AIMessage(
+                    "",
+                    tool_calls=[
+                        call(f"{prefix}_1", "find", {"query": "timeouts"}),
+                        call(f"{prefix}_2", "lookup", {"query": "retries"}),
+                        call(f"{prefix}_3", "find", {"query": 7}),
+                    ],
+                ),
+                AIMessage("done"),
+            ]
+        )
+    )
+
+
+def _answers(state: dict[str, Any]) -> dict[str, ToolMessage]:
+    return {m.tool_call_id: m for m in state["messages"] if isinstance(m, ToolMessage)}
+
+
+def test_a_langgraph_sync_tool_node_turn_is_created_in_one_script(
+    handle: RunBoundary, creates: Creates
+) -> None:
+    # Given a model whose one turn asks for three tool calls at once
+    model = _three_calls("call_ls")
+
+    # When a sync graph runs them through the adapter's ToolNode (its thread pool)
+    state = sync_graph(model, tool_node(handle)).invoke({"messages": [("user", "go")]})
+
+    # Then the two calls that passed preflight were created together, in one script
+    assert creates.batches == [2]
+    # And each call was answered under its own id, the refused one with its code
+    answers = _answers(state)
+    assert answers["call_ls_1"].status == answers["call_ls_2"].status == "success"
+    assert answers["call_ls_3"].status == "error"
+    assert json.loads(str(answers["call_ls_3"].content))["error_code"] == "INVALID_ARGUMENTS"
+
+
+def test_a_sync_tool_node_running_one_call_at_a_time_answers_every_call_without_hanging(
+    handle: RunBoundary, creates: Creates
+) -> None:
+    # Given a sync graph whose ToolNode may run one call at a time (max_concurrency 1), so
+    # the calls of the turn cannot all be there together
+    model = _three_calls("call_l1")
+
+    # When it runs the turn
+    state = sync_graph(model, tool_node(handle)).invoke(
+        {"messages": [("user", "go")]}, config={"max_concurrency": 1}
+    )
+
+    # Then each call went as it came, after the short wait for the others (none hung), and
+    # each was answered under its own id
+    assert creates.batches == [1, 1]
+    answers = _answers(state)
+    assert answers["call_l1_1"].status == answers["call_l1_2"].status == "success"
+    assert answers["call_l1_3"].status == "error"

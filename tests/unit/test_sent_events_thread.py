@@ -180,3 +180,74 @@ def test_a_forked_child_starts_afresh_even_if_the_parent_s_thread_held_the_lock(
     events.publish("task-sent", {**FIELDS, "uuid": "child:c:execute"}, producer=None)
     assert events.flush(10)
     assert [e["uuid"] for e in producer.published] == ["child:c:execute"]
+
+
+class BatchingProducer(Producer):
+    """A producer with kombu's ``batch()``: records the events each batch carried; a batch
+    can be made to fail when it ends (its flush)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[str]] = []
+        self.fail_flush = False
+        self._open: list[str] | None = None
+
+    def publish(self, body: dict[str, Any], **options: Any) -> None:
+        super().publish(body, **options)
+        if self._open is not None:
+            self._open.append(body["uuid"])
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        self._open = []
+        try:
+            yield
+            if self.fail_flush:
+                raise ConnectionError("redis://:secret@10.0.0.5:6379/0 reset")
+            self.batches.append(self._open)
+        finally:
+            self._open = None
+
+
+def test_events_queued_together_are_published_in_one_batch() -> None:
+    # Given a producer that batches, held so that three events queue up
+    producer = BatchingProducer()
+    producer.hold.clear()
+    events = _events(producer)
+    events.publish("task-sent", {**FIELDS, "uuid": "first"}, producer=None)
+    give_up = time.monotonic() + 10
+    while events._queue and time.monotonic() < give_up:
+        time.sleep(0.01)  # the thread took the first one and waits on the producer
+    for uuid in ("a", "b", "c"):
+        events.publish("task-sent", {**FIELDS, "uuid": uuid}, producer=None)
+
+    # When the producer answers again
+    producer.hold.set()
+    assert events.flush(10)
+
+    # Then the three queued together went in one batch (one pipeline on a Redis broker)
+    assert ["a", "b", "c"] in producer.batches
+    assert [e["uuid"] for e in producer.published][-3:] == ["a", "b", "c"]
+
+
+def test_a_failed_batch_of_events_is_published_again_one_by_one() -> None:
+    # Given a producer whose batches fail when they are written
+    producer = BatchingProducer()
+    producer.fail_flush = True
+    producer.hold.clear()
+    events = _events(producer)
+    events.publish("task-sent", {**FIELDS, "uuid": "first"}, producer=None)
+    give_up = time.monotonic() + 10
+    while events._queue and time.monotonic() < give_up:
+        time.sleep(0.01)
+    for uuid in ("a", "b"):
+        events.publish("task-sent", {**FIELDS, "uuid": uuid}, producer=None)
+
+    # When they are published
+    producer.hold.set()
+    assert events.flush(10)
+
+    # Then each was published again on its own (with the retry policy): none is lost
+    published = [e["uuid"] for e in producer.published]
+    assert producer.batches == []
+    assert published.count("a") == 2 and published.count("b") == 2
