@@ -156,10 +156,11 @@ def readable(fields: dict[str, str]) -> bool:
     Raises what ``decode_record`` lets through (a time past the platform's range).
     """
     try:
-        values = _record_values(fields)
-        if (evidence := values.get("evidence_status")) is not None:
+        _record_values(fields)
+        # As _record_values keeps them: the non-empty text, checked here as the model would.
+        if evidence := fields.get("evidence_status"):
             EvidenceStatus(evidence)
-        if (code := values.get("error_code")) is not None:
+        if code := fields.get("error_code"):
             ErrorCode(code)
     except (KeyError, ValueError):
         return False
