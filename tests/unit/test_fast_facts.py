@@ -171,24 +171,37 @@ def test_any_member_parses_as_the_key_model_does(member: str) -> None:
     assert (run_id, tool_call_id) == ((key.run_id, key.tool_call_id) if key else (None, None))
 
 
-def both(
-    rows: list[ProgressRow], projector: RunProgressProjector
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``project_rows`` (parsed) and ``project_json`` of the same rows as entries."""
-    entries = []
-    for row in rows:
-        key = None
-        if row.run_id is not None:
-            key, _, _ = progress_member(f"{row.run_id}:{row.tool_call_id}:0", 0)
-        record, unreadable = None, False
-        if row.fields and row.run_id == RUN:
-            try:
-                record = decode_record(row.fields)
-            except StoreError:
-                unreadable = True
-        entries.append(ProgressEntry(key, row.seq, row.expires_at, record, unreadable))
-    fast = json.loads(projector.project_rows(RUN, rows, now=NOW))
-    return fast, projector.project_json(RUN, entries, now=NOW)
+def both(rows: list[ProgressRow], projector: RunProgressProjector) -> tuple[Any, Any]:
+    """``project_rows`` (parsed) and ``project_json`` of the same rows as entries; or the
+    type of what each raised (a time past the platform's range fails both the same way)."""
+
+    def model() -> dict[str, Any]:
+        entries = []
+        for row in rows:
+            key = None
+            if row.run_id is not None:
+                key, _, _ = progress_member(f"{row.run_id}:{row.tool_call_id}:0", 0)
+            record, unreadable = None, False
+            if row.fields and row.run_id == RUN:
+                try:
+                    record = decode_record(row.fields)
+                except StoreError:
+                    unreadable = True
+            entries.append(ProgressEntry(key, row.seq, row.expires_at, record, unreadable))
+        return projector.project_json(RUN, entries, now=NOW)
+
+    def fast() -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(projector.project_rows(RUN, rows, now=NOW))
+        return parsed
+
+    return outcome(fast), outcome(model)
+
+
+def outcome(build: Any) -> Any:
+    try:
+        return build()
+    except (OverflowError, OSError) as exc:
+        return type(exc).__name__
 
 
 def ready_row(n: int, /, **changes: str | None) -> ProgressRow:
@@ -264,3 +277,12 @@ def test_any_rows_give_the_same_line_as_entries(
     fast, model = both(rows, projector)
 
     assert fast == model
+
+
+def test_a_time_past_the_platforms_range_fails_both_ways_alike() -> None:
+    rows = [ready_row(1), ready_row(2, created_at="99999999999999999999999")]
+
+    fast, model = both(rows, RunProgressProjector())
+
+    assert fast == model
+    assert isinstance(fast, str)  # the type of what both raised
