@@ -23,7 +23,8 @@ from boundary.models import (
     ObservedFact,
     ObservedFacts,
 )
-from boundary.store.base import ProgressEntry
+from boundary.store.base import ProgressEntry, ProgressRow
+from boundary.store.codec import decode_record, readable
 
 #: Reasons an indexed identity is excluded from the facts.
 MISSING = "missing"
@@ -145,6 +146,83 @@ class RunProgressProjector:
             facts.append(fact)
             used_bytes += size
         return {"run_id": run_id, "facts": facts, "excluded": dict(excluded), "omitted": omitted}
+
+    def project_rows(self, run_id: str, rows: list[ProgressRow], now: float | None = None) -> str:
+        """The JSON text of ``project_json``'s line, from rows (``progress_rows_many``): the
+        same facts, exclusions and bounds, with no model per record (``codec.readable``
+        answers as decoding would). A fact is its canonical JSON, the text its size is
+        counted on (its keys sorted: the same object as ``project_json``'s)."""
+        now = time.time() if now is None else now
+        excluded: Counter[str] = Counter()
+        facts: list[str] = []
+        used_bytes = 0
+        omitted = 0
+        for row in sorted(rows, key=_row_seq):
+            reason = _row_exclusion(run_id, row, now)
+            if reason is not None:
+                excluded[reason] += 1
+                continue
+            fields = row.fields
+            assert fields is not None
+            try:
+                agent_result = fields.get("agent_result")
+                scope = fields.get("scope")
+                fact: dict[str, Any] = {
+                    "tool_call_id": fields["tool_call_id"],
+                    "tool_name": fields["tool_name"],
+                    "evidence_status": fields["evidence_status"],
+                    "result": json.loads(agent_result) if agent_result else None,
+                    "scope": json.loads(scope) if scope else None,
+                    "projector_version": fields.get("projector_version"),
+                }
+            except ValueError:
+                excluded[ERROR] += 1
+                continue
+            try:
+                text = canonical_json(fact)
+            except ValueError:
+                # NaN or an infinity: as the model writes them (``project_json``).
+                text = canonical_json(_fact(decode_record(fields)).model_dump(mode="json"))
+            size = utf8_size(text)
+            if omitted or len(facts) >= self.max_facts or used_bytes + size > self.max_facts_bytes:
+                omitted += 1
+                continue
+            facts.append(text)
+            used_bytes += size
+        return (
+            f'{{"run_id":{_dumps(run_id)},"facts":[{",".join(facts)}],'
+            f'"excluded":{_dumps(dict(excluded))},"omitted":{omitted}}}'
+        )
+
+
+def _row_seq(row: ProgressRow) -> int:
+    return row.seq
+
+
+def _row_exclusion(run_id: str, row: ProgressRow, now: float) -> str | None:
+    """``RunProgressProjector.exclusion`` of a row: the same reasons in the same order."""
+    if row.run_id is None:
+        return MISSING
+    if row.run_id != run_id:
+        return CROSS_RUN
+    fields = row.fields
+    if fields is None:
+        return EXPIRED if now >= row.expires_at else MISSING
+    if not readable(fields):
+        return ERROR
+    if fields["run_id"] != run_id or fields["tool_call_id"] != row.tool_call_id:
+        return CROSS_RUN
+    status = fields["status"]
+    if status == InvocationStatus.PROJECTING:
+        return PROJECTING
+    if status != InvocationStatus.READY or fields.get("evidence_status") not in READY_EVIDENCE:
+        return ERROR
+    return None
+
+
+def _dumps(value: Any) -> str:
+    """JSON as ``project_runs`` writes its lines: compact, non-ASCII kept."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _fact(record: CanonicalRecord) -> ObservedFact:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,7 +31,7 @@ from boundary.steps import DEFAULT_PROJECTION_TIMEOUT_S, project_raw
 from boundary.store.base import CanonicalStore, ProgressEntry, WriteStatus
 from boundary.store.codec import ms
 from boundary.store.redis import RedisClient
-from boundary.store.redis_side import RedisSideProjections, run_counters, runs_page
+from boundary.store.redis_side import RedisSideProjections, run_counters, runs_count, runs_page
 
 #: The statuses a selection may name (``--status``): the sealed ones.
 SELECTABLE_STATUSES = (InvocationStatus.READY.value, InvocationStatus.ERROR.value)
@@ -167,6 +167,28 @@ def page_runs(
     last = int(members[-1][1])
     same = sum(1 for _, s in members if int(s) == last)
     return mine, f"{last}:{same + skip if last == score else same}"
+
+
+def indexed_runs(
+    client: RedisClient, *, now_ms: int, ttl_ms: int, page: int = COUNT_BATCH
+) -> tuple[int, Iterator[str]]:
+    """Every live run of the runs index (``--all``), in its order (by the expiry of the run's
+    newest record, then id), read a page (one ZRANGE) at a time as it is iterated, so the
+    list is never held whole; and how many there are (one ZCOUNT, for a progress bar).
+    Runs that take their first call afterwards are left out, as a job leaves them."""
+    selection = Selection(all=True)
+    high = now_ms + ttl_ms
+    low = first_cursor(selection, now_ms=now_ms, ttl_ms=ttl_ms)
+
+    def pages() -> Iterator[str]:
+        cursor = low
+        while cursor:
+            runs, cursor = page_runs(
+                client, selection, cursor, size=page, lane=0, lanes=1, high_ms=high
+            )
+            yield from runs
+
+    return runs_count(client, now_ms, high), pages()
 
 
 def count(client: RedisClient, selection: Selection, *, now_ms: int, ttl_ms: int) -> dict[str, Any]:

@@ -73,6 +73,27 @@ def observe_runs(store: CanonicalStore, run_ids: list[str]) -> list[dict[str, An
     ]
 
 
+def observe_runs_text(store: CanonicalStore, run_ids: list[str]) -> str:
+    """``observe_runs`` as the JSON text of its list of lines (what the ``project_runs`` task
+    answers), built from the records' fields as read where the store reads them so
+    (``progress_rows_many``): no model per record, and each fact written once."""
+    safe = [run_id for run_id in run_ids if is_safe_id(run_id)]
+    rows = store.progress_rows_many(safe) if safe else {}
+    if rows is None:
+        return _lines_text(observe_runs(store, run_ids))
+    projector = _projector(store)
+    invalid = _lines_text(error_line(None, RunError.INVALID_RUN_ID))
+    texts = [
+        projector.project_rows(run_id, rows[run_id]) if run_id in rows else invalid
+        for run_id in run_ids
+    ]
+    return f"[{','.join(texts)}]"
+
+
+def _lines_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def error_line(run_id: str | None, error: RunError) -> dict[str, Any]:
     return {"run_id": run_id, "error": error.value}
 

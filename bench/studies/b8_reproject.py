@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = bench_settings(args.redis_url).model_copy(update={"tools": EXAMPLE_TOOLS})
     store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=settings.ttl_s)
     for url in (settings.store_url, settings.broker, settings.backend):
-        RedisCanonicalStore.from_url(url).client.flushdb()
+        # ASYNC: a synchronous FLUSHDB of a million records outlasts the socket timeout.
+        RedisCanonicalStore.from_url(url).client.flushdb(asynchronous=True)
     ensure_scripts(store)
     write_s = write_rag_runs(store, args.runs, args.calls)
     run_ids = [f"b8-run-{r}" for r in range(args.runs)]

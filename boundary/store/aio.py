@@ -1,5 +1,6 @@
 """The store's asyncio side, on ``redis.asyncio``: what ``ToolBoundary``'s async calls need
-(create, seal an error, read a record, read a run's progress, watch a call's seal).
+(create, seal an error, read a record, read a run's progress: its records in one command,
+watch a call's seal).
 
 Same scripts, keys and decoding as ``RedisCanonicalStore`` (``codec``); the same driver
 error translation. Made from a sync store's connection settings, one per event loop
@@ -54,6 +55,7 @@ NOTIFY_CLIENT_NAME = "tool-boundary-seals"
 #: Script sources, read once with the package.
 _CREATE = record_script("create")
 _SEAL = record_script("seal")
+_READ_RECORDS = record_script("read_records")
 
 #: Connections of the asyncio pool at most; more concurrent callers wait for one.
 DEFAULT_MAX_CONNECTIONS = 100
@@ -201,6 +203,7 @@ class AsyncRedisStore:
         self.client = aredis.Redis(connection_pool=pool)
         self._create = self.client.register_script(_CREATE)
         self._seal = self.client.register_script(_SEAL)
+        self._read_records = self.client.register_script(_READ_RECORDS)
         self._batcher = _Batcher(self.client)
 
         use_ssl = issubclass(connection_class, aconnection.SSLConnection)
@@ -284,11 +287,21 @@ class AsyncRedisStore:
         own = own + in_flight
         replies: list[list[str | None]] = []
         if own:
+            # The run's records in one command (read_records.lua), as the sync store reads
+            # them: not one HMGET of every field name per record.
+            record_keys = [keys.record_key(own_key) for own_key in own]
             with _translated():
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for own_key in own:
-                        pipe.hmget(keys.record_key(own_key), PROGRESS_FIELDS)
-                    replies = await pipe.execute()
+                try:
+                    replies = await self._batcher.send(
+                        "EVALSHA",
+                        self._read_records.sha,
+                        len(record_keys),
+                        *record_keys,
+                        *PROGRESS_FIELDS,
+                    )
+                except redis.exceptions.NoScriptError:
+                    # The server lost its scripts: loaded by the call.
+                    replies = await self._read_records(keys=record_keys, args=PROGRESS_FIELDS)
         found = found_fields(own, replies)
         return with_in_flight(progress_entries(parsed, found), in_flight, found)
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, Required, TypedDict, Unpack
+from typing import TYPE_CHECKING, NamedTuple, Protocol, Required, TypedDict, Unpack
 
 from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode
@@ -237,6 +237,22 @@ class ProgressEntry:
     unreadable: bool = False
 
 
+class ProgressRow(NamedTuple):
+    """A ``ProgressEntry`` whose record is left as read (its fields, not decoded): what a
+    batch of runs' facts is built from without a model per record or per identity
+    (``RunProgressProjector.project_rows``)."""
+
+    #: Both ``None`` when the member is not an identity this code wrote.
+    run_id: str | None
+    tool_call_id: str | None
+    seq: int
+    #: When the record was due to expire, epoch seconds (recorded at seal).
+    expires_at: float
+    #: The record's non-empty progress fields (``codec.PROGRESS_FIELDS``); ``None`` when
+    #: missing or expired, and never read for another run's identity.
+    fields: dict[str, str] | None
+
+
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     run_id: str
@@ -346,6 +362,12 @@ class CanonicalStore(ABC):
         """``progress`` of many runs at once (batch reprocessing). An implementation reads
         them in a few round trips; this default reads them one by one."""
         return {run_id: self.progress(run_id) for run_id in run_ids}
+
+    def progress_rows_many(self, run_ids: Sequence[str]) -> dict[str, list[ProgressRow]] | None:
+        """``progress_many`` with each record's fields left as read (``ProgressRow``), for a
+        batch of runs' facts built without a model per record; ``None`` when this store
+        does not read them so (this default): the caller decodes ``progress_many``."""
+        return None
 
     def claim(
         self, key: CanonicalKey, *, attempt: int, heartbeat_timeouts: Mapping[str, float]

@@ -12,13 +12,20 @@ from pydantic import ValidationError
 from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode, StoreError
 from boundary.fingerprint import request_sha256
-from boundary.models import CanonicalKey, CanonicalRecord, InvocationStatus
+from boundary.models import (
+    CanonicalKey,
+    CanonicalRecord,
+    EvidenceStatus,
+    InvocationStatus,
+    is_safe_id,
+)
 from boundary.store import keys
 from boundary.store.base import (
     CreateResult,
     CreateStatus,
     CreateTerms,
     ProgressEntry,
+    ProgressRow,
     SealTerms,
     WriteStatus,
 )
@@ -133,35 +140,61 @@ def decode_record(fields: dict[str, str]) -> CanonicalRecord:
     that is absent (or empty, where empty means none) is left to its default, which
     validation need not check (a run projection decodes a record per call)."""
     try:
-        values: dict[str, object] = {
-            "run_id": fields["run_id"],
-            "tool_call_id": fields["tool_call_id"],
-            "tool_name": fields["tool_name"],
-            "status": InvocationStatus(fields["status"]),
-            "request": fields["request"],
-            "seq": int(fields["seq"]),
-            "created_at": _from_ms(fields["created_at"]),
-            "updated_at": _from_ms(fields["updated_at"]),
-        }
-        for name in _KEPT_TEXT:
-            if name in fields:
-                values[name] = fields[name]
-        for name in _TEXT_OR_NONE:
-            if text := fields.get(name):
-                values[name] = text
-        for name in _TIMES_OR_NONE:
-            if text := fields.get(name):
-                values[name] = _from_ms(text)
-        if attempt := fields.get("attempt"):
-            values["attempt"] = int(attempt)
-        if progress := fields.get("progress"):
-            values["progress"] = float(progress)
-        if diagnostic := _diagnostic(fields.get("diagnostic")):
-            values["diagnostic"] = diagnostic
-        return CanonicalRecord.model_validate(values)
+        return CanonicalRecord.model_validate(_record_values(fields))
     except (KeyError, ValueError, ValidationError):
         # A record this code did not write: refuse it rather than guess.
         raise StoreError(ErrorCode.STORE_UNAVAILABLE) from None
+
+
+def readable(fields: dict[str, str]) -> bool:
+    """True when ``decode_record(fields)`` gives a record: the same conversions, and the two
+    checks its model adds to them (the evidence status and the error code are members of
+    their enums), without building the model. A batch of runs' facts reads a record per
+    call this way (``boundary.progress``); the model's other fields take the converted
+    values as they are (``tests/unit/test_fast_facts.py`` holds the two to the same answer).
+
+    Raises what ``decode_record`` lets through (a time past the platform's range).
+    """
+    try:
+        _record_values(fields)
+        # As _record_values keeps them: the non-empty text, checked here as the model would.
+        if evidence := fields.get("evidence_status"):
+            EvidenceStatus(evidence)
+        if code := fields.get("error_code"):
+            ErrorCode(code)
+    except (KeyError, ValueError):
+        return False
+    return True
+
+
+def _record_values(fields: dict[str, str]) -> dict[str, object]:
+    """The model's values of a record's fields. Raises KeyError, ValueError."""
+    values: dict[str, object] = {
+        "run_id": fields["run_id"],
+        "tool_call_id": fields["tool_call_id"],
+        "tool_name": fields["tool_name"],
+        "status": InvocationStatus(fields["status"]),
+        "request": fields["request"],
+        "seq": int(fields["seq"]),
+        "created_at": _from_ms(fields["created_at"]),
+        "updated_at": _from_ms(fields["updated_at"]),
+    }
+    for name in _KEPT_TEXT:
+        if name in fields:
+            values[name] = fields[name]
+    for name in _TEXT_OR_NONE:
+        if text := fields.get(name):
+            values[name] = text
+    for name in _TIMES_OR_NONE:
+        if text := fields.get(name):
+            values[name] = _from_ms(text)
+    if attempt := fields.get("attempt"):
+        values["attempt"] = int(attempt)
+    if progress := fields.get("progress"):
+        values["progress"] = float(progress)
+    if diagnostic := _diagnostic(fields.get("diagnostic")):
+        values["diagnostic"] = diagnostic
+    return values
 
 
 def progress_member(member: str, score: float) -> tuple[CanonicalKey | None, int, float]:
@@ -194,6 +227,67 @@ def progress_entries(
                 unreadable = True  # excluded, rather than failing the whole run
         entries.append(ProgressEntry(key, seq, expires_at, record, unreadable))
     return entries
+
+
+def progress_row_member(member: str, score: float) -> tuple[str | None, str | None, int, float]:
+    """``progress_member`` without the key model: the run id and tool call id when both are
+    safe ids (what the model checks), else ``None`` for both."""
+    identity, _, expires_ms = member.rpartition(":")
+    run_id, _, tool_call_id = identity.partition(":")
+    try:
+        expires_at = int(expires_ms) / 1000
+    except ValueError:
+        expires_at = math.inf
+    if is_safe_id(run_id) and is_safe_id(tool_call_id):
+        return run_id, tool_call_id, int(score), expires_at
+    return None, None, int(score), expires_at
+
+
+def progress_rows(
+    parsed: list[tuple[str | None, str | None, int, float]],
+    found: dict[str, dict[str, str]],
+    run_id: str,
+    in_flight: list[str],
+) -> list[ProgressRow]:
+    """``progress_entries`` and ``with_in_flight`` as rows: each parsed member with its own
+    run's record fields (``found``, by identity), and, in acceptance order among them, each
+    call of ``in_flight`` (tool call ids of ``run_id``) whose record is still PROJECTING."""
+    rows = [
+        ProgressRow(
+            member_run,
+            tool_call_id,
+            seq,
+            expires_at,
+            found.get(f"{run_id}:{tool_call_id}") or None if member_run == run_id else None,
+        )
+        for member_run, tool_call_id, seq, expires_at in parsed
+    ]
+    extra = []
+    for tool_call_id in in_flight:
+        fields = found.get(f"{run_id}:{tool_call_id}")
+        if fields and readable(fields) and fields["status"] == InvocationStatus.PROJECTING:
+            extra.append(ProgressRow(run_id, tool_call_id, int(fields["seq"]), math.inf, fields))
+    if not extra:
+        return rows
+    return sorted([*rows, *extra], key=lambda row: row.seq)
+
+
+def in_flight_ids(
+    pending: list[str], parsed: list[tuple[str | None, str | None, int, float]], run_id: str
+) -> list[str]:
+    """``in_flight_keys`` as tool call ids."""
+    indexed = {tool_call_id for member_run, tool_call_id, _, _ in parsed if member_run == run_id}
+    found = []
+    for member in pending:
+        member_run, _, tool_call_id = member.partition(":")
+        if (
+            member_run == run_id
+            and tool_call_id not in indexed
+            and is_safe_id(member_run)
+            and is_safe_id(tool_call_id)
+        ):
+            found.append(tool_call_id)
+    return found
 
 
 def in_flight_keys(

@@ -14,7 +14,12 @@ PREFIX = "tb"
 
 def record_key(key: CanonicalKey) -> str:
     """The canonical record (a hash)."""
-    return f"{PREFIX}:{{{key.run_id}}}:call:{key.tool_call_id}"
+    return record_key_of(key.run_id, key.tool_call_id)
+
+
+def record_key_of(run_id: str, tool_call_id: str) -> str:
+    """``record_key`` of the ids themselves (a batch read that builds no key model)."""
+    return f"{PREFIX}:{{{run_id}}}:call:{tool_call_id}"
 
 
 def budget_key(run_id: str) -> str:

@@ -36,7 +36,6 @@ from boundary.store.base import (
     CreateResult,
     CreateTerms,
     OpenRunStatus,
-    ProgressEntry,
     ReapDecision,
     RunSummary,
     SealTerms,
@@ -48,14 +47,10 @@ from boundary.store.codec import (
     create_args,
     create_result,
     decode_record,
-    in_flight_keys,
     ms,
-    progress_entries,
-    progress_member,
     raw_result,
     seal_args,
     seal_reply,
-    with_in_flight,
 )
 from boundary.store.codes import ScriptCode
 from boundary.store.flow_hooks import FlowHooks
@@ -63,6 +58,7 @@ from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
 from boundary.store.redis_flow import RedisFlow
 from boundary.store.redis_memory import DEFAULT_MEMORY_WATERMARK, MemoryWatermark
+from boundary.store.redis_progress import RedisProgress
 from boundary.store.redis_runs import RedisRuns
 from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier, SyncSealWatch
 from boundary.store.sentinel import is_sentinel_url, parse_sentinel_url
@@ -127,7 +123,7 @@ def _score(score: float) -> str:
     return str(int(score)) if float(score).is_integer() else repr(score)
 
 
-class RedisCanonicalStore(RedisAttempts, CanonicalStore):
+class RedisCanonicalStore(RedisAttempts, RedisProgress, CanonicalStore):
     """Canonical records in Redis (or Redis Cluster), one hash per call.
 
     Args:
@@ -370,70 +366,6 @@ class RedisCanonicalStore(RedisAttempts, CanonicalStore):
             left = int(self.client.pttl(keys.record_key(key)))
         # -2: no such key; -1: no expiry, which a record never lacks (it is not ours).
         return left if left >= 0 else None
-
-    def progress(self, run_id: str) -> list[ProgressEntry]:
-        return self.progress_many([run_id])[run_id]
-
-    def progress_many(self, run_ids: Sequence[str]) -> dict[str, list[ProgressEntry]]:
-        """Two round trips whatever the number of runs: one pipeline of ZRANGEs, then one of
-        the records (no raw response): one ``read_records.lua`` per run with records, its
-        keys in KEYS (they share the run's hash tag), so a record costs no command of its
-        own to send. On a cluster client the pipelines are split by slot."""
-        unique = list(dict.fromkeys(run_ids))
-        with _translated():
-            pipe = self.client.pipeline(transaction=False)
-            for run_id in unique:
-                pipe.zrange(keys.progress_key(run_id), 0, -1, withscores=True)
-                # Calls still running are in the pending set only: counted as projecting.
-                pipe.zrange(keys.pending_key(run_id), 0, -1)
-            replies_1: list[Any] = pipe.execute()
-        parsed = {
-            run_id: [progress_member(member, score) for member, score in run_members]
-            for run_id, run_members in zip(unique, replies_1[::2], strict=True)
-        }
-        in_flight = {
-            run_id: in_flight_keys(pending, parsed[run_id], run_id)
-            for run_id, pending in zip(unique, replies_1[1::2], strict=True)
-        }
-        # Only a run's own records are read: another run's identity is excluded unread.
-        own = {
-            run_id: [key for key, _, _ in entries if key is not None and key.run_id == run_id]
-            + in_flight[run_id]
-            for run_id, entries in parsed.items()
-        }
-        found = self._read_fields([run_keys for run_keys in own.values() if run_keys])
-        return {
-            run_id: with_in_flight(progress_entries(entries, found), in_flight[run_id], found)
-            for run_id, entries in parsed.items()
-        }
-
-    def _read_fields(self, runs: list[list[CanonicalKey]]) -> dict[str, dict[str, str]]:
-        """``PROGRESS_FIELDS`` of each record of ``runs`` (each a run's keys), by identity,
-        empty fields left out: one pipeline of ``read_records.lua`` (by its SHA; loaded and
-        sent again once if the server does not hold it)."""
-        if not runs:
-            return {}
-        script = self._read_records
-        with _translated():
-            for attempt in (1, 2):
-                pipe = self.client.pipeline(transaction=False)
-                for run_keys in runs:
-                    record_keys = [keys.record_key(key) for key in run_keys]
-                    pipe.evalsha(script.sha, len(record_keys), *record_keys, *PROGRESS_FIELDS)
-                replies: list[Any] = pipe.execute(raise_on_error=False)
-                lost = any(isinstance(r, redis.exceptions.NoScriptError) for r in replies)
-                if lost and attempt == 1:
-                    self.client.script_load(script.script)
-                    continue
-                break
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-        return {
-            key.identity: {f: v for f, v in zip(PROGRESS_FIELDS, values, strict=True) if v}
-            for run_keys, run_values in zip(runs, replies, strict=True)
-            for key, values in zip(run_keys, run_values, strict=True)
-        }
 
     def requeue_due(
         self,

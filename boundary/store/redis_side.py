@@ -106,6 +106,12 @@ def runs_page(
         )
 
 
+def runs_count(client: RedisClient, low_ms: int, high_ms: int) -> int:
+    """Members of the runs index scored in ``[low_ms, high_ms]`` (one ZCOUNT)."""
+    with translated():
+        return int(client.zcount(keys.RUNS, low_ms, high_ms))
+
+
 def run_counters(
     client: RedisClient, run_ids: Sequence[str], fields: Sequence[str]
 ) -> list[list[str | None]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 import typer
@@ -13,6 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from boundary import RedisCanonicalStore
+from boundary.reprojection import indexed_runs
+from boundary.store.codec import ms
 from tasks.cli.common import (
     JsonFlag,
     dumps,
@@ -32,15 +35,19 @@ from tasks.wiring.reproject import (
 )
 
 
-def _runs_to_reproject(store: RedisCanonicalStore, runs: list[str], all_runs: bool) -> list[str]:
+def _runs_to_reproject(
+    store: RedisCanonicalStore, runs: list[str], all_runs: bool, ttl_s: float
+) -> tuple[int, Iterable[str]]:
+    """How many runs, and the runs: ``--all`` pages the runs index as the lines go out (a
+    million records' run ids are never held at once); ``--run`` ids must all exist."""
     if all_runs:
-        return sorted(store.run_ids())
+        return indexed_runs(store.client, now_ms=ms(store.now()), ttl_ms=int(ttl_s * 1000))
     unique = list(dict.fromkeys(runs))
     unknown = [r for r in unique if store.run_summary(r) is None]
     if unknown:
         shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
         fail(f"no run {shown} (RECORD_NOT_FOUND); nothing was reprocessed", EXIT_NOT_FOUND)
-    return unique
+    return len(unique), unique
 
 
 def _print_summary(summary: dict[str, Any], as_json: bool, to_stderr: bool) -> None:
@@ -72,7 +79,9 @@ def reproject_command(
     run: Annotated[
         list[str] | None, typer.Option("--run", help="A run to reprocess (repeatable).")
     ] = None,
-    all_runs: Annotated[bool, typer.Option("--all", help="Every live run (SCAN).")] = False,
+    all_runs: Annotated[
+        bool, typer.Option("--all", help="Every live run (the runs index, page by page).")
+    ] = False,
     out: Annotated[
         str, typer.Option("--out", help="File for the JSON lines of facts; - is stdout.")
     ] = "-",
@@ -100,7 +109,7 @@ def reproject_command(
     settings = settings_or_fail()
     started = time.monotonic()
     with reaching(settings):
-        run_ids = _runs_to_reproject(open_store(settings), runs, all_runs)
+        total, run_ids = _runs_to_reproject(open_store(settings), runs, all_runs, settings.ttl_s)
         stream = open_out(out)
         err = Console(stderr=True)
         summary = BatchSummary()
@@ -113,7 +122,7 @@ def reproject_command(
                 console=err,
                 disable=not err.is_terminal,
             ) as progress:
-                bar = progress.add_task("runs", total=len(run_ids))
+                bar = progress.add_task("runs", total=total)
                 for line in reproject(
                     run_ids,
                     chunk_size=chunk_size,

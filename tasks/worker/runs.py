@@ -4,7 +4,9 @@ reprocessed any number of times. ``project_runs`` does the same for a chunk of r
 task, with pipelined reads (two round trips for the whole chunk) and one result for the chunk
 (what ``tasks.wiring.reproject`` sends): its lines as one JSON text, which the result backend
 carries as one string (a list of a thousand facts would be decoded dict by dict through the
-serializer's object hook, on the client: most of its time).
+serializer's object hook, on the client: most of its time). The text is built from the
+records' fields as read (``tasks.views.observe_runs_text``): no model per record, and each
+fact's canonical JSON (written once, to count its bytes) goes into the text as it is.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from boundary import StoreError
 from boundary.models import is_safe_id
 from tasks.runtime import get_runtime
-from tasks.views import RunError, error_line, observe_run, observe_runs
+from tasks.views import RunError, error_line, observe_run, observe_runs_text
 from tasks.wiring.app import PROJECT_RUN, PROJECT_RUNS, app
 from tasks.worker.step_store import retrying
 
@@ -57,7 +59,7 @@ def project_runs(run_ids: list[str]) -> str:
         return "[]"
     try:
         store = get_runtime().store
-        lines = retrying(lambda: observe_runs(store, run_ids))
+        return retrying(lambda: observe_runs_text(store, run_ids))
     except Exception as exc:
         error = _failed(f"project_runs of {len(run_ids)} runs", exc)
         lines = [error_line(run_id if is_safe_id(run_id) else None, error) for run_id in run_ids]

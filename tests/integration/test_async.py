@@ -35,6 +35,7 @@ from tests.helpers import (
     is_running,
     key_of,
     make_run,
+    monitored,
     register,
 )
 
@@ -157,6 +158,40 @@ def test_aobserve_gives_the_same_facts_as_observe(
     facts = run_async(background, lambda: background.aobserve(run))
     assert facts == background.observe(run)
     assert [f.tool_call_id for f in facts.facts] == ["c1", "c2"]
+
+
+def test_aobserve_reads_a_runs_records_in_one_command(
+    background: ToolBoundary, registry: ToolRegistry, redis_client: redis.Redis
+) -> None:
+    # Given a run of twelve READY calls
+    register(registry)
+    run = make_run()
+    for n in range(12):
+        assert background.invoke(envelope(f"c{n:02d}"), run, timeout=5).status == "READY"
+    expected = background.observe(run)  # the server holds the script from here on
+
+    # When it is observed on an event loop
+    with monitored(redis_client, round_trips=True) as commands:
+        facts = run_async(background, lambda: background.aobserve(run))
+
+    # Then the records were read by one script (read_records.lua), not one HMGET each
+    names = [command.split(" ", 1)[0] for command in commands]
+    assert (names.count("zrange"), names.count("evalsha"), names.count("hmget")) == (2, 1, 0)
+    assert facts == expected
+    assert len(facts.facts) == 12
+
+
+def test_aobserve_reads_again_after_the_server_lost_its_scripts(
+    background: ToolBoundary, registry: ToolRegistry, redis_client: redis.Redis
+) -> None:
+    register(registry)
+    run = make_run()
+    assert background.invoke(envelope("c1"), run, timeout=5).status == "READY"
+    redis_client.script_flush()
+
+    facts = run_async(background, lambda: background.aobserve(run))
+
+    assert [f.tool_call_id for f in facts.facts] == ["c1"]
 
 
 def test_async_calls_on_an_unreachable_store_return_store_unavailable(

@@ -3,9 +3,12 @@ score then id order, across ties and lanes; never a SCAN."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import redis
 
-from boundary.reprojection import Selection, first_cursor, lane_of, page_runs
+from boundary.reprojection import Selection, first_cursor, indexed_runs, lane_of, page_runs
 from boundary.store import keys
 
 NOW = 1_000_000
@@ -70,3 +73,31 @@ def test_an_empty_selection_is_empty() -> None:
     assert Selection().empty
     assert not Selection(tools=("search",)).empty
     assert not Selection(since_ms=0).empty
+
+
+def test_every_live_run_is_read_a_page_at_a_time_as_it_is_iterated(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the index of 25 live runs (ten of them tied), one expired and one newer
+    live = index(redis_client)
+    ranges: list[int] = []
+    real_zrange = redis.Redis.zrange
+
+    def counted(client: redis.Redis, *args: Any, **kwargs: Any) -> Any:
+        ranges.append(kwargs.get("num") or 0)
+        return real_zrange(client, *args, **kwargs)
+
+    monkeypatch.setattr(redis.Redis, "zrange", counted)
+
+    # When --all's runs are taken in pages of 4
+    total, runs = indexed_runs(redis_client, now_ms=NOW, ttl_ms=TTL, page=4)
+    assert ranges == []  # nothing is read before the first run is asked for
+    first = next(iter(runs))
+    read_at_first = len(ranges)
+    rest = list(runs)
+
+    # Then every live run once, in score then id order, read 4 at a time
+    order = sorted(live, key=lambda r: (int(redis_client.zscore(keys.RUNS, r) or 0), r))
+    assert (total, [first, *rest]) == (len(live), order)
+    assert read_at_first == 1
+    assert ranges == [4] * (len(live) // 4 + 1)
