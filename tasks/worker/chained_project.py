@@ -9,14 +9,13 @@ our dispatcher puts in that chain (the call's project task) most of that is the 
 time. Here the routed options are worked out once per queue; each call builds its message
 (``amqp.create_task_message``) and publishes it through ``amqp.send_task_message`` with the
 publish retries of Celery's follow-up (``amqp._retry_publish``), on the process's sender of
-calls (``CeleryDispatcher.publisher``: one kept Redis client), its task-sent event published
-behind it (``CeleryDispatcher.sent_events``), as the dispatcher does for the execute message.
+calls (``CeleryDispatcher.publisher``: one kept Redis client), with its task-sent event in the
+same producer batch (on Redis one pipeline: one round trip for both, in Celery's order).
 
 The message is the one Celery's follow-up sends, field for field
 (``tests/unit/test_chained_project.py``): task, root and parent ids, ``argsrepr``, the
 caller's trace context in its headers, ``reply_to``, an empty ``chain``; so is its task-sent
-event (published from the sender's thread, so it may reach Flower after the project task's
-``task-received``, which Celery's event state merges). Once the message is out, the request's
+event. Once the message is out, the request's
 ``chain`` is cleared and Celery has nothing left to send.
 
 Anything unusual (a chain of another shape, publish signals with receivers, routers that are
@@ -114,19 +113,14 @@ class ChainedProject:
             ignore_result=task.ignore_result,
             **routed,
         )
-        # As ``Celery.send_task`` publishes: kombu's errors raised as Celery's.
+        # As ``Celery.send_task`` publishes (kombu's errors raised as Celery's), the message
+        # and its task-sent event in one producer batch: on Redis one pipeline, one round trip.
         with (
             publisher.producer_or_acquire() as producer,
             producer.connection._reraise_as_library_errors(),
+            producer.batch(),
         ):
-            amqp._retry_publish(
-                amqp.send_task_message,
-                producer,
-                PROJECT,
-                message,
-                event_dispatcher=sender.sent_events,
-                **routed,
-            )
+            amqp._retry_publish(amqp.send_task_message, producer, PROJECT, message, **routed)
 
     def _routed_options(self, publisher: Celery, task: Any, queue: str) -> dict[str, Any]:
         """What ``Task.apply_async`` and the router make of the project step's options on

@@ -97,13 +97,13 @@ def capture_events(
     app: Celery, sender: CeleryDispatcher, events: list[tuple[str, dict[str, Any]]]
 ) -> None:
     """Celery's follow-up publishes its task-sent event through the app's default event
-    dispatcher; ours hands it to the sender's ``sent_events``: both as Celery built it."""
+    dispatcher; ours through the sender's publisher's: both as Celery built it."""
 
     def record(kind: str, fields: dict[str, Any], *_: Any, **__: Any) -> None:
         events.append((kind, dict(fields)))
 
     app.amqp._event_dispatcher.publish = record
-    sender.sent_events.publish = record  # type: ignore[method-assign]
+    sender.publisher.amqp._event_dispatcher.publish = record
 
 
 @pytest.mark.parametrize(
