@@ -133,8 +133,8 @@ class ChainedProject:
         if exec_options.pop("expires", None) is not None:
             raise ValueError("a project task with a default expiry")  # left to Celery
         limits = {name: exec_options.pop(name, None) for name in _LIMITS}
-        routed = publisher.amqp.router.route(
-            {**exec_options, "queue": queue}, PROJECT, task_type=task
+        routed = dict(
+            publisher.amqp.router.route({**exec_options, "queue": queue}, PROJECT, task_type=task)
         )
         routed.update(limits)
         with self._lock:
