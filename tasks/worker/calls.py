@@ -30,6 +30,7 @@ from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, REA
 from tasks.wiring.dispatcher import CeleryDispatcher
 from tasks.wiring.failures import CodeOnlyFailures, ToolCallFailed
 from tasks.worker import chunk_slots
+from tasks.worker.chained_project import ChainedProject
 from tasks.worker.progress_events import ProgressEvents
 from tasks.worker.step_store import STORE_RETRY_DELAY_S, retrying, step_store
 
@@ -42,11 +43,17 @@ progress_events = ProgressEvents(app)
 
 
 def attempt_sender() -> CeleryDispatcher:
-    """This process's sender of retries (made on first use, after the worker's config)."""
+    """This process's sender of calls: retries, slots handed on, the execute tasks' project
+    steps (made on first use, after the worker's config)."""
     global _sender
     if _sender is None:
         _sender = CeleryDispatcher(app)
     return _sender
+
+
+#: Sends the project step chained to an execute message when the execute task returns, on
+#: this process's sender of calls.
+chained_project = ChainedProject(app, attempt_sender)
 
 
 def worker_runtime() -> Runtime:
@@ -104,6 +111,10 @@ def execute_tool(
 ) -> str | dict[str, Any]:
     """Runs attempt ``attempt`` of the call's tool and keeps its raw response in the record.
 
+    The project step still riding in the message's chain when the step returns is sent from
+    here (``chained_project``: the message Celery's chain follow-up sends, for less work),
+    and Celery's follow-up then has nothing left to send.
+
     With ``Settings.project_in_line`` (an opt-in, off by default) it then projects and seals
     the call too, and returns its bounded outcome (what the ``task-succeeded`` event and
     Flower show, as the project task's would); otherwise (the default), or when the call did
@@ -113,6 +124,13 @@ def execute_tool(
     call to the next one), the chained project step is dropped: the current attempt's
     message carries its own, so the project task of a call runs once.
     """
+    returned = _execute(task, run_id, tool_call_id, attempt)
+    # Only on a normal return, as Celery's follow-up (a failed task sends no chain).
+    chained_project.send(task.request)
+    return returned
+
+
+def _execute(task: Any, run_id: str, tool_call_id: str, attempt: int) -> str | dict[str, Any]:
     key = key_of(run_id, tool_call_id)
     if key is None:
         return "INVALID_KEY"

@@ -179,8 +179,10 @@ def test_flower_shows_both_tasks_of_a_ready_call_with_the_chain_on(monitored: Mo
     shown = ast.literal_eval(project["result"])
     assert shown == outcome.model_dump(mode="json"), shown
     assert execute["args"] == project["args"] == f"('{RUN.run_id}', 'flower-chain')"
-    # And the project task came from the execute task (the chain, one root)
-    assert project["root_id"] == execute_id
+    # And the project task came from the execute task (the chain, one root), and its
+    # task-sent event reached Flower too (sent by the execute task)
+    assert project["root_id"] == project["parent_id"] == execute_id
+    wait_for("the project task's task-sent event", lambda: task_info(monitored, project_id)["sent"])
 
 
 def test_flowers_broker_api_counts_each_queues_messages(

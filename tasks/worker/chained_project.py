@@ -1,0 +1,157 @@
+"""The project step chained to an execute message, sent by the execute task itself.
+
+Celery sends a task's ``chain`` after the task returns (``celery.app.trace``): it makes a
+``Signature`` of the next step, merges its options, and goes through ``Task.apply_async`` and
+``Celery.send_task`` (exec options, the router, ``AsyncResult``, the parent's trail) before
+``amqp.send_task_message`` publishes it on a producer of the worker's pool, whose Redis channel
+builds a new Redis client for the message and another for its task-sent event. For the one step
+our dispatcher puts in that chain (the call's project task) most of that is the same every
+time. Here the routed options are worked out once per queue; each call builds its message
+(``amqp.create_task_message``) and publishes it through ``amqp.send_task_message`` with the
+publish retries of Celery's follow-up (``amqp._retry_publish``), on the process's sender of
+calls (``CeleryDispatcher.publisher``: one kept Redis client), with its task-sent event in the
+same producer batch (on Redis one pipeline: one round trip for both, in Celery's order).
+
+The message is the one Celery's follow-up sends, field for field
+(``tests/unit/test_chained_project.py``): task, root and parent ids, ``argsrepr``, the
+caller's trace context in its headers, ``reply_to``, an empty ``chain``; so is its task-sent
+event. Once the message is out, the request's
+``chain`` is cleared and Celery has nothing left to send.
+
+Anything unusual (a chain of another shape, publish signals with receivers, routers that are
+not plain maps, another task protocol, inherited priorities) leaves the chain to Celery, as
+does a publish that fails: Celery's follow-up then tries it its way (the project step may then
+go twice, which it tolerates: the second finds the call sealed and reports it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery, signals
+from celery.app.routes import MapRoute
+
+from tasks.wiring.app import PROJECT
+from tasks.wiring.dispatcher import CeleryDispatcher
+
+logger = logging.getLogger(__name__)
+
+#: The options our dispatcher gives the chained project signature (``CeleryDispatcher._send``).
+_KNOWN_OPTIONS = frozenset({"task_id", "queue", "argsrepr", "kwargsrepr", "reply_to", "headers"})
+#: Signals whose receivers expect Celery's own publishing path (an instrumentation, say).
+_PUBLISH_SIGNALS = (signals.before_task_publish, signals.after_task_publish, signals.task_sent)
+#: Exec options ``Celery.send_task`` takes as arguments of its own, not routing options.
+_LIMITS = ("time_limit", "soft_time_limit")
+
+
+class ChainedProject:
+    """Sends the project step riding in an execute request's ``chain`` option."""
+
+    def __init__(self, app: Celery, sender: Callable[[], CeleryDispatcher]) -> None:
+        #: The worker's app: its project task's options, its configuration.
+        self.app = app
+        #: This process's sender of calls (made on first use).
+        self.sender = sender
+        self._lock = threading.Lock()
+        #: Queue name -> what the project task's options and the router make of it.
+        self._routed: dict[str, dict[str, Any]] = {}
+
+    def send(self, request: Any) -> bool:
+        """Publishes ``request``'s chained project step and clears its ``chain`` (True);
+        False when it is left to Celery's chain follow-up (the chain is then untouched)."""
+        step = _project_step(getattr(request, "chain", None))
+        if step is None or not self._plain_app():
+            return False
+        try:
+            self._publish(request, step)
+        except Exception as exc:
+            # Celery's follow-up tries again, its way; only the type (kombu names URLs).
+            logger.warning("project step left to Celery's chain: %s", type(exc).__name__)
+            return False
+        request.chain = None
+        return True
+
+    def _plain_app(self) -> bool:
+        conf = self.app.conf
+        if conf.task_protocol != 2 or conf.task_always_eager or conf.task_inherit_parent_priority:
+            return False
+        if any(signal.receivers for signal in _PUBLISH_SIGNALS):
+            return False
+        return all(isinstance(router, MapRoute) for router in self.app.amqp.router.routes)
+
+    def _publish(self, request: Any, step: dict[str, Any]) -> None:
+        sender = self.sender()
+        publisher = sender.publisher
+        amqp = publisher.amqp
+        options = step["options"]
+        task = self.app.tasks[PROJECT]
+        routed = dict(self._routed_options(publisher, task, options["queue"]))
+        time_limit, soft_time_limit = (routed.pop(name) for name in _LIMITS)
+        routed["argsrepr"] = options.get("argsrepr")
+        routed["kwargsrepr"] = options.get("kwargsrepr")
+        headers = options.get("headers")
+        if headers:
+            routed["headers"] = dict(headers)
+        parent_id = request.id
+        message = amqp.create_task_message(
+            options["task_id"],
+            PROJECT,
+            list(step.get("args") or ()),
+            dict(step.get("kwargs") or {}),
+            # The thread's reply address in the worker's app, as Celery's send would take it.
+            reply_to=options.get("reply_to") or self.app.thread_oid,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            create_sent_event=self.app.conf.task_send_sent_event,
+            root_id=request.root_id or parent_id,
+            parent_id=parent_id,
+            # The rest of the chain: none (the project step is its last).
+            chain=[],
+            ignore_result=task.ignore_result,
+            **routed,
+        )
+        # As ``Celery.send_task`` publishes (kombu's errors raised as Celery's), the message
+        # and its task-sent event in one producer batch: on Redis one pipeline, one round trip.
+        with (
+            publisher.producer_or_acquire() as producer,
+            producer.connection._reraise_as_library_errors(),
+            producer.batch(),
+        ):
+            amqp._retry_publish(amqp.send_task_message, producer, PROJECT, message, **routed)
+
+    def _routed_options(self, publisher: Celery, task: Any, queue: str) -> dict[str, Any]:
+        """What ``Task.apply_async`` and the router make of the project step's options on
+        ``queue``: worked out once (the routes are plain maps, the task's options fixed)."""
+        routed = self._routed.get(queue)
+        if routed is not None:
+            return routed
+        # As ``Task.apply_async`` merges them, None values too (the router drops those).
+        exec_options = dict(task._get_exec_options())
+        if exec_options.pop("expires", None) is not None:
+            raise ValueError("a project task with a default expiry")  # left to Celery
+        limits = {name: exec_options.pop(name, None) for name in _LIMITS}
+        routed = dict(
+            publisher.amqp.router.route({**exec_options, "queue": queue}, PROJECT, task_type=task)
+        )
+        routed.update(limits)
+        with self._lock:
+            self._routed[queue] = routed
+        return routed
+
+
+def _project_step(chain: Any) -> dict[str, Any] | None:
+    """The chain's one step when it is the project step our dispatcher chains, else None."""
+    if not isinstance(chain, list) or len(chain) != 1:
+        return None
+    step = chain[0]
+    if not isinstance(step, dict) or step.get("task") != PROJECT or not step.get("immutable"):
+        return None
+    options = step.get("options")
+    if not isinstance(options, dict) or not options.keys() <= _KNOWN_OPTIONS:
+        return None
+    if step.get("subtask_type") or not options.get("task_id") or not options.get("queue"):
+        return None
+    return step
