@@ -13,6 +13,7 @@ from tasks.mcp_server.settings import is_loopback
 from tasks.runtime import registry_or_empty, store_from_settings
 from tasks.settings import Settings, redis_location
 from tasks.web.app import create_app
+from tasks.worker import chunk_slots
 
 #: Where ``tool-boundary web`` listens by default.
 DEFAULT_HOST = "127.0.0.1"
@@ -61,13 +62,18 @@ def build_app(settings: Settings, *, show_raw: bool, token: str | None) -> ASGIA
         spec = registry.get(tool)
         return None if spec is None else spec.timeout_s
 
+    flow = store.flow if isinstance(store.flow, Flow) else None
+    if flow is not None:
+        # The fleet's own entries (the re-projection chunks' cap) are listed like tools, as
+        # ``tool-boundary limits`` lists them, whether or not a chunk has used one yet.
+        chunk_slots.reserve(flow, settings)
     return create_app(
         store,
         canceller=cancel,
         show_raw=show_raw,
         token=token,
         store_label=redis_location(settings.store_url),
-        flow=store.flow if isinstance(store.flow, Flow) else None,
+        flow=flow,
         time_limit=time_limit,
     )
 

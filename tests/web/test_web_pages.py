@@ -285,4 +285,8 @@ def test_limited_tools_waiting_calls_and_the_limits_page(secret_redis: RedisServ
     assert re.search(r'data-label="running">1<', row) and re.search(r'data-label="waiting">2<', row)
     assert "beta: 1" in row and "(shared): 1" in row
     assert "waiting for a slot" in other_call
+    # And the fleet's own entry, the cap of re-projection chunks, is listed with its default,
+    # though no chunk has used it (as ``tool-boundary limits`` lists it)
+    cap = limits.body[limits.body.index("tool_boundary.reproject") :]
+    assert f"concurrency {settings.reproject_concurrency}" in cap
     assert_clean(limits.body, "the limits page")
