@@ -599,14 +599,15 @@ def test_redis_access_stays_inside_the_store() -> None:
                 importers.add(path.relative_to(root).as_posix())
     # When the modules importing redis are listed
     # Then only the Redis store does (its sync and asyncio sides, their shared error
-    # translation, its server facts and memory watermark), and no agent-facing model carries
-    # a client
+    # translation, its server facts, memory watermark and runs' progress reads), and no
+    # agent-facing model carries a client
     assert importers == {
         "store/redis.py",
         "store/_redis_common.py",
         "store/aio.py",
         "store/redis_facts.py",
         "store/redis_memory.py",
+        "store/redis_progress.py",
     }
     for model in (ToolOutcome, Projection, boundary_package.Submission):
         assert not any("redis" in name.lower() for name in model.model_fields)
