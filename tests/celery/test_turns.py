@@ -241,9 +241,20 @@ def test_the_async_forms_answer_as_the_sync_ones(celery_boundary: ToolBoundary) 
     ]
 
 
+def _packed(command: Any) -> bytes:
+    """A packet's bytes (redis-py sends a list of chunks, or one buffer)."""
+    if isinstance(command, (list, tuple)):
+        return b"".join(bytes(chunk) for chunk in command)
+    return bytes(command)
+
+
 class _Writes:
-    """Counts the writes (command packets) redis-py's connections send to one DB from the
-    thread that made it, through the real method: each is one round trip's request."""
+    """Counts the writes (command packets) carrying messages (``LPUSH``) that redis-py's
+    connections send to one DB from the thread that made it, through the real method: each
+    is one round trip's request. A producer new to this thread's pick of the publisher's pool
+    first declares its queues (``MULTI``/``LLEN``, ``SADD`` of the bindings): set-up of that
+    connection, not a publish, so not counted (which producer a send gets depends on what the
+    in-process worker's own sends hold at that moment)."""
 
     def __init__(self, db: int) -> None:
         self.db = db
@@ -258,7 +269,11 @@ class _Writes:
         def counted(conn: Any, command: Any, check_health: bool = True) -> None:
             # This thread's only: the in-process worker and the task-sent events write on
             # threads of their own.
-            if getattr(conn, "db", None) == counter.db and threading.get_ident() == counter.thread:
+            if (
+                getattr(conn, "db", None) == counter.db
+                and threading.get_ident() == counter.thread
+                and b"LPUSH" in _packed(command)
+            ):
                 with counter._lock:
                     counter.count += 1
             original(conn, command, check_health)
