@@ -34,6 +34,7 @@ from tasks.mcp_server.client import (
 from tasks.mcp_server.options import ServerOptions
 from tasks.mcp_server.results import PROGRESS_META, RUN_ID_META, TASKS_EXTENSION, TOOL_CALL_ID_META
 from tasks.mcp_server.server import build_server
+from tests import celery_tools
 from tests.celery_tools import registry
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.servers import HttpServer, http_client, http_server
@@ -254,27 +255,33 @@ def test_a_fastmcp_client_declaring_tasks_gets_progress_of_a_call_that_is_not_a_
 
 
 def test_a_listening_sdk_client_hears_its_tasks_progress_and_end(boundary: ToolBoundary) -> None:
-    # Given the SDK's client (mcp 2.3.0) declaring the extension, hearing task statuses
+    # Given the SDK's client (mcp 2.3.0) declaring the extension, hearing task statuses, and
+    # a tool that reports half way and heartbeats until the client has heard that (so the
+    # test does not depend on the listener subscribing before a quick tool ends; a listener
+    # that never hears progress leaves the tool to its time limit, and the task failed)
     heard: list[DetailedTask] = []
+    celery_tools.BEAT_GATE.clear()
 
     async def hear(task: DetailedTask) -> None:
         heard.append(task)
+        if task.meta and PROGRESS_META in task.meta:
+            celery_tools.BEAT_GATE.set()
 
     async def scenario() -> dict[str, Any]:
         extension = TasksExtension(on_status=hear)
         async with Client(build_server(boundary), extensions=[extension]) as client:
             handle = await client.session.call_tool(
-                "beating",
-                {"steps": 6, "step_s": 0.15},
-                meta=meta("call-hear"),
-                allow_claimed=True,
+                "beat_until_set", {}, meta=meta("call-hear"), allow_claimed=True
             )
             assert isinstance(handle, TaskHandle)
             # When it listens for its task, until the stream closes
             with anyio.fail_after(20):
                 return await listen_tasks(client.session, [handle.task_id], "listen-sdk")
 
-    closed = anyio.run(scenario)
+    try:
+        closed = anyio.run(scenario)
+    finally:
+        celery_tools.BEAT_GATE.set()
     # Then it heard the task work (the tool's progress) and end, with the result
     assert len(heard) >= 2
     assert heard[-1].status == "completed" and heard[-1].call_result() is not None
