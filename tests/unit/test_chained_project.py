@@ -18,6 +18,7 @@ from tasks.wiring.dispatcher import CeleryDispatcher, _Origin
 from tasks.wiring.failures import CodeOnlyFailures
 from tasks.worker.calls import _chained_project_reports, project_result
 from tasks.worker.chained_project import ChainedProject
+from tests.unit.test_dispatch_message import sent
 
 KEY = CanonicalKey(run_id="run-7", tool_call_id="call_a1")
 ORIGIN = "worker-1@host"
@@ -40,15 +41,9 @@ def worker_app() -> Celery:
 
 
 def read(app: Celery, queue_name: str) -> dict[str, Any]:
-    with app.connection_for_read() as connection:
-        queue = connection.SimpleQueue(queue_name)
-        message = queue.get(timeout=2)
-        message.ack()
-        queue.close()
-    properties = dict(message.properties)
-    properties.pop("delivery_tag", None)
-    properties.pop("delivery_info", None)
-    return {"headers": message.headers, "properties": properties, "body": message.decode()}
+    """The one message on ``queue_name``: headers, properties, body (as the dispatcher's
+    message test reads it)."""
+    return sent(app, queue_name)
 
 
 def execute_request(app: Celery, *, attempt: int = 1, traceparent: str = "") -> Context:
