@@ -7,10 +7,6 @@ machines are too noisy for that (bench/README.md)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,33 +14,18 @@ import pytest
 import redis
 
 from bench.suite.config import OWN_DBS, db_url
+from tests.bench_runner import SERVER, positive, run_bench
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
-
-ROOT = Path(__file__).resolve().parents[1]
-SERVER = f"redis://{REDIS_HOST}:{REDIS_PORT}"
-#: bench's exit status when another benchmark run holds DBs 3-5 of the same server.
-EXIT_BUSY = 75
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600 if CI else 300)]
 
 
 def _b9_run(out: Path) -> dict[str, Any]:
-    command = [
-        *(sys.executable, "-m", "bench", "--quick", "--only", "b9", "--json"),
+    return run_bench(
+        *("--quick", "--only", "b9", "--json"),
         *("--redis-url", SERVER, "--out", str(out), "--lock-wait", "300" if CI else "30"),
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
-    done = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540, check=False
+        timeout=540,
     )
-    if done.returncode == EXIT_BUSY and not CI:
-        pytest.skip("another benchmark run holds the benchmark's Redis DBs")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
-
-
-def _positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def test_b9_measures_live_calls_idle_and_inside_a_job_and_leaves_no_key(tmp_path: Path) -> None:
@@ -63,7 +44,7 @@ def test_b9_measures_live_calls_idle_and_inside_a_job_and_leaves_no_key(tmp_path
         "b9_busy_p50_ms",
         "b9_job_records_per_s",
     ):
-        assert _positive(figures.get(name)), (name, figures.get(name))
+        assert positive(figures.get(name)), (name, figures.get(name))
     rows = {row["figure"]: row for row in document["targets"]}
     assert rows["b9_live_p50_ratio"]["target"] == "<= 1.5"
     assert rows["b9_live_p50_ratio"]["met"] in (True, False)

@@ -4,34 +4,24 @@ checked against the targets; the machines are too noisy for that (see bench/READ
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.suite.run import PHASES
+from tests.bench_runner import SERVER, positive, run_bench
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
-
-ROOT = Path(__file__).resolve().parents[1]
-#: bench's exit status when another benchmark run holds DBs 3-5 of the same server.
-EXIT_BUSY = 75
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900 if CI else 240)]
 
 
 def _quick_run(out: Path) -> dict[str, Any]:
-    command = [
-        sys.executable,
-        "-m",
-        "bench",
+    return run_bench(
         "--quick",
         "--json",
         "--redis-url",
-        f"redis://{REDIS_HOST}:{REDIS_PORT}",
+        SERVER,
         "--out",
         str(out),
         # B1 also measures the ablation (bench.peers.inline), so its worker cannot rot either.
@@ -42,19 +32,8 @@ def _quick_run(out: Path) -> dict[str, Any]:
         # B9 starts a fleet of its own: tests/test_bench_live_during_job.py runs it.
         "--only",
         ",".join(phase for phase in PHASES if phase != "b9"),
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
-    done = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=840, check=False
+        timeout=840,
     )
-    if done.returncode == EXIT_BUSY and not CI:
-        pytest.skip("another benchmark run holds the benchmark's Redis DBs")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
-
-
-def _positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) -> None:
@@ -105,10 +84,10 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
         "b7_60_sockets_peak",
         "b7_20_runs",
     ):
-        assert _positive(figures.get(name)), (name, figures.get(name))
+        assert positive(figures.get(name)), (name, figures.get(name))
     assert isinstance(figures["b4_round_trips"], int)
     assert figures["b6_memory_over_payload"]
-    assert all(_positive(v) for v in figures["b6_memory_over_payload"].values())
+    assert all(positive(v) for v in figures["b6_memory_over_payload"].values())
 
     # And B1 measured the Redis server's CPU and the workers' context switches, per call,
     # for every side (the ablation's worker included)
@@ -116,8 +95,8 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
     b1 = next(iter(results["b1"].values()))
     for side in ("ours", "bare", "defaults", "inline"):
         for sample in b1[side]:
-            assert _positive(sample["redis_cpu_ms"]), (side, sample)
-            assert _positive(sample["worker_switches"]), (side, sample)
+            assert positive(sample["redis_cpu_ms"]), (side, sample)
+            assert positive(sample["worker_switches"]), (side, sample)
 
     # And the counts are plausible: the store's commands are told apart from Celery's
     assert 1 <= figures["b3_store_commands_per_call"] <= 20
