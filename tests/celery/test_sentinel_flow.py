@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from bench.rig.sentinel import SentinelSet
 from boundary import (
     ErrorCode,
     InvocationStatus,
@@ -22,6 +23,7 @@ from boundary import (
 )
 from boundary.flow import Flow
 from tasks import CeleryDispatcher
+from tasks.settings import Settings
 from tasks.wiring.app import create_app
 from tests import flow_tools
 from tests.celery.workers import celery_process, worker_args
@@ -41,23 +43,41 @@ STABLE = {
 }
 
 
+def _sentinel_settings(setup: SentinelSet, **overrides: object) -> Settings:
+    """The Celery tests' settings with the store, broker and result backend behind the
+    Sentinels (DBs 2, 0 and 1 of their master), the workers running the flow tools."""
+    return celery_test_settings(
+        redis_url=setup.url(2),
+        broker_url=setup.url(0),
+        result_backend=setup.url(1),
+        tools="tests.flow_tools:registry",
+        **overrides,
+    )
+
+
+def _sentinel_boundary(
+    settings: Settings, app_name: str, **limits: float
+) -> tuple[ToolBoundary, RedisCanonicalStore, Flow]:
+    """A boundary over the Sentinel store and the Celery app of ``settings``, with its store
+    and the store's flow control."""
+    store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=600)
+    dispatcher = CeleryDispatcher(create_app(settings, name=app_name))
+    boundary = ToolBoundary(
+        store=store, registry=flow_tools.registry, dispatcher=dispatcher, **limits
+    )
+    flow = store.flow
+    assert isinstance(flow, Flow)
+    return boundary, store, flow
+
+
 @pytest.mark.slow
 def test_a_limited_tool_behind_sentinel_holds_its_limit_and_leaves_no_slot_held(
     redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     tag = "sentinel"
     with sentinel_setup(tmp_path / "sentinel") as setup:
-        settings = celery_test_settings(
-            redis_url=setup.url(2),
-            broker_url=setup.url(0),
-            result_backend=setup.url(1),
-            tools="tests.flow_tools:registry",
-        )
-        store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=600)
-        dispatcher = CeleryDispatcher(create_app(settings, name="tests_sentinel_flow"))
-        boundary = ToolBoundary(store=store, registry=flow_tools.registry, dispatcher=dispatcher)
-        flow = store.flow
-        assert isinstance(flow, Flow)
+        settings = _sentinel_settings(setup)
+        boundary, store, flow = _sentinel_boundary(settings, "tests_sentinel_flow")
         count_env = {flow_tools.COUNT_URL_ENV: redis_url(STORE_DB)}
         with celery_process(
             settings,
@@ -99,26 +119,13 @@ def test_a_limited_tool_s_calls_all_end_and_free_their_slots_across_a_sentinel_f
     # old master took may be lost with it); what is: every call ends, none is left held.
     tag = "sentinel-failover"
     with sentinel_setup(tmp_path / "sentinel") as setup:
-        settings = celery_test_settings(
-            redis_url=setup.url(2),
-            broker_url=setup.url(0),
-            result_backend=setup.url(1),
-            tools="tests.flow_tools:registry",
-            max_pending_s=8,
-            reap_grace_s=1,
-            reap_interval_s=1,
-        )
-        store = RedisCanonicalStore.from_url(settings.store_url, ttl_s=600)
-        dispatcher = CeleryDispatcher(create_app(settings, name="tests_sentinel_failover"))
-        boundary = ToolBoundary(
-            store=store,
-            registry=flow_tools.registry,
-            dispatcher=dispatcher,
+        settings = _sentinel_settings(setup, max_pending_s=8, reap_grace_s=1, reap_interval_s=1)
+        boundary, store, flow = _sentinel_boundary(
+            settings,
+            "tests_sentinel_failover",
             max_pending_s=settings.max_pending_s,
             reap_grace_s=settings.reap_grace_s,
         )
-        flow = store.flow
-        assert isinstance(flow, Flow)
         args = (*worker_args("sentinel-failover", "threads", 6), "-B", "-s", str(tmp_path / "b"))
         count_env = {flow_tools.COUNT_URL_ENV: redis_url(STORE_DB)}
         with celery_process(settings, *args, log=tmp_path / "w.log", extra_env=count_env):
