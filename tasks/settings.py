@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
@@ -226,3 +227,14 @@ def redis_location(url: str) -> str:
         return f"{host}:{parts.port or 6379}/{parts.path.lstrip('/') or '0'}"
     except ValueError:
         return "?"
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1): the hosts the web view
+    and the MCP server may bind without a token."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

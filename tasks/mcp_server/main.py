@@ -14,9 +14,10 @@ from boundary import ConfigurationError, ToolBoundary
 from tasks.mcp_server.http import MCP_PATH, run_http
 from tasks.mcp_server.options import ServerOptions
 from tasks.mcp_server.server import build_server
-from tasks.mcp_server.settings import MCPSettings, is_loopback
+from tasks.mcp_server.settings import MCPSettings
 from tasks.mcp_server.wire import ServedVersionsWriter
 from tasks.runtime import get_runtime
+from tasks.settings import is_loopback
 from tasks.wiring.dispatcher import CeleryDispatcher
 
 if TYPE_CHECKING:

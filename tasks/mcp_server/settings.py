@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
-
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -65,13 +63,3 @@ class MCPSettings(BaseSettings, CallOptions):
     def oauth(self) -> bool:
         """True when an issuer is configured: HTTP requests need a token from one of them."""
         return bool(self.auth_issuers or self.auth_keys)
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False

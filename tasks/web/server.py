@@ -9,9 +9,8 @@ from starlette.types import ASGIApp
 
 from boundary import ConfigurationError, ToolBoundary, ToolOutcome
 from boundary.flow import Flow
-from tasks.mcp_server.settings import is_loopback
 from tasks.runtime import registry_or_empty, store_from_settings
-from tasks.settings import Settings, redis_location
+from tasks.settings import Settings, is_loopback, redis_location
 from tasks.web.app import create_app
 from tasks.worker import chunk_slots
 

@@ -14,7 +14,7 @@ floor or one below (``TASKS_FLOORS``), and its import graph has no circle:
 2. ``worker/``: what runs only inside a worker (task bodies, hooks, pool, start-up checks).
 3. ``tasks/__init__.py``: ``celery -A tasks``, the app with its tasks and hooks.
 4-7. The programs, each its own floor, so that no two import each other: ``mcp_server/``;
-   ``web/`` (takes the MCP server's loopback rule); ``demo/`` (serves the web view);
+   ``web/``; ``demo/`` (serves the web view);
    ``cli/`` (starts every program).
 
 A new module of ``tasks/`` must be given a floor here before the test passes. ``bench/``'s

@@ -9,7 +9,8 @@ from urllib.parse import urlsplit
 
 from boundary import ConfigurationError
 from tasks.mcp_server.oauth.keys import VerifyingKey, pem_key
-from tasks.mcp_server.settings import MCPSettings, is_loopback
+from tasks.mcp_server.settings import MCPSettings
+from tasks.settings import is_loopback
 
 #: Where Protected Resource Metadata (RFC 9728) is served; the resource's path follows it in
 #: the document's RFC 9728 URL (``/.well-known/oauth-protected-resource/mcp``).
