@@ -5,7 +5,6 @@ restart; the SDK's client on 2025-11-25 and raw HTTP requests checked against th
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,12 @@ import pytest
 import redis
 from mcp.shared.exceptions import MCPError
 
-from boundary import CanonicalKey, ErrorCode, InvocationStatus, RedisCanonicalStore, RunContext
+from boundary import CanonicalKey, ErrorCode, RedisCanonicalStore, RunContext
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.tasks_2025 import RELATED_TASK_META
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.raw import check
+from tests.mcp.records import minted_key, sealed
 from tests.mcp.servers import HttpServer, http_client, http_server
 
 
@@ -248,15 +248,5 @@ def test_an_http_client_that_gives_up_on_a_plain_call_cancels_it(
 
     anyio.run(scenario)
     # Then the call, its id minted by the server, is sealed CANCELLED
-    found = list(redis_client.scan_iter(f"tb:{{{RUN_ID}}}:call:mcp-*"))
-    assert len(found) == 1
-    name = found[0].decode() if isinstance(found[0], bytes) else found[0]
-    key = CanonicalKey(run_id=RUN_ID, tool_call_id=name.rsplit(":", 1)[1])
-    deadline = time.monotonic() + 30
-    while True:
-        record = store.get(key)
-        if record is not None and record.status is not InvocationStatus.PROJECTING:
-            break
-        assert time.monotonic() < deadline, "the call never sealed"
-        time.sleep(0.05)
+    record = sealed(store, minted_key(redis_client))
     assert record.error_code is ErrorCode.CANCELLED

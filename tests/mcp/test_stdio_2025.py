@@ -21,6 +21,7 @@ from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.tasks_2025 import RELATED_TASK_META
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.raw import RawStdioClient, check
+from tests.mcp.records import minted_key, sealed
 from tests.mcp.servers import server_env
 
 #: The servers' progress interval here, seconds (the default is 5).
@@ -48,24 +49,6 @@ def wait_for_file(path: Path, timeout_s: float = 30.0) -> None:
     while not path.exists():
         assert time.monotonic() < deadline, f"{path.name} never appeared"
         time.sleep(0.02)
-
-
-def sealed(store: RedisCanonicalStore, key: CanonicalKey, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        record = store.get(key)
-        if record is not None and record.status is not InvocationStatus.PROJECTING:
-            return record
-        assert time.monotonic() < deadline, "the call never sealed"
-        time.sleep(0.05)
-
-
-def minted_key(redis_client: redis.Redis) -> CanonicalKey:
-    """The one call of the run whose id the server minted."""
-    found = list(redis_client.scan_iter(f"tb:{{{RUN_ID}}}:call:mcp-*"))
-    assert len(found) == 1, found
-    name = found[0].decode() if isinstance(found[0], bytes) else found[0]
-    return CanonicalKey(run_id=RUN_ID, tool_call_id=name.rsplit(":", 1)[1])
 
 
 def test_a_raw_2025_client_runs_a_task_to_its_result_every_message_per_the_schema(

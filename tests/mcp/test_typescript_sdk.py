@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -22,9 +21,10 @@ import pytest
 import redis
 
 from bench.rig.mcp_server import ROOT, server_command
-from boundary import CanonicalKey, ErrorCode, InvocationStatus, RedisCanonicalStore, RunContext
+from boundary import ErrorCode, RedisCanonicalStore, RunContext
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.issuer import serving_issuer
+from tests.mcp.records import minted_key, sealed
 from tests.mcp.servers import HttpServer, oauth_server, server_env
 
 HERE = Path(__file__).parent / "ts"
@@ -128,17 +128,7 @@ def test_an_aborted_plain_call_is_cancelled(
     )
     assert seen["aborted"] is True
     # Then the call is sealed CANCELLED
-    found = list(redis_client.scan_iter(f"tb:{{{RUN_ID}}}:call:mcp-*"))
-    assert len(found) == 1
-    name = found[0].decode() if isinstance(found[0], bytes) else found[0]
-    key = CanonicalKey(run_id=RUN_ID, tool_call_id=name.rsplit(":", 1)[1])
-    deadline = time.monotonic() + 30
-    while True:
-        record = store.get(key)
-        if record is not None and record.status is not InvocationStatus.PROJECTING:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    record = sealed(store, minted_key(redis_client))
     assert record.error_code is ErrorCode.CANCELLED
 
 
