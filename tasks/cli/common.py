@@ -16,6 +16,7 @@ from rich.text import Text
 from boundary import RedisCanonicalStore, StoreError, StoreUnavailable
 from boundary.models import is_safe_id
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
+from tasks.runtime import store_from_settings
 from tasks.settings import InvalidSettings, Settings, load_settings, redis_location
 from tasks.views import printable as printable  # noqa: PLC0414 (the commands take it here)
 from tasks.wiring.reproject import ReprojectError
@@ -39,14 +40,7 @@ def settings_or_fail() -> Settings:
 
 def open_store(settings: Settings) -> RedisCanonicalStore:
     try:
-        return RedisCanonicalStore.from_url(
-            settings.store_url,
-            ttl_s=settings.ttl_s,
-            limits=settings.limits,
-            cluster=settings.store_is_cluster(),
-            memory_watermark=settings.memory_watermark,
-            wait_replicas=settings.redis_wait_replicas,
-        )
+        return store_from_settings(settings)
     except ValueError:
         fail("TOOL_BOUNDARY_REDIS_URL is not a Redis URL", EXIT_USAGE)
 
