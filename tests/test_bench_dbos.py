@@ -5,22 +5,15 @@ checked against the targets (the machines are too noisy; see bench/README.md).""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.bench_runner import SERVER, positive, run_bench
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
 from tests.pg import admin_connection
 from tests.settings import SUITE
-
-ROOT = Path(__file__).resolve().parents[1]
-#: bench's exit status when another benchmark run holds DBs 3-5 of the same server.
-EXIT_BUSY = 75
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600 if CI else 300)]
 
@@ -34,11 +27,8 @@ def _require_dbos() -> None:
         pytest.skip("dbos is not installed (pip install -e '.[dbos]')")
 
 
-def _run(out: Path, prefix: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    command = [
-        sys.executable,
-        "-m",
-        "bench",
+def _run(out: Path, prefix: str) -> dict[str, Any]:
+    return run_bench(
         "--quick",
         "--json",
         "--only",
@@ -50,24 +40,13 @@ def _run(out: Path, prefix: str) -> tuple[subprocess.CompletedProcess[str], dict
         "--pg-db-prefix",
         prefix,
         "--redis-url",
-        f"redis://{REDIS_HOST}:{REDIS_PORT}",
+        SERVER,
         "--out",
         str(out),
         "--lock-wait",
         "600" if CI else "60",
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
-    done = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540, check=False
+        timeout=540,
     )
-    if done.returncode == EXIT_BUSY and not CI:
-        pytest.skip("another benchmark run holds the benchmark's Redis DBs")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done, json.loads(done.stdout)
-
-
-def _positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def test_dbos_peer_reports_every_figure_and_drops_its_database(tmp_path: Path) -> None:
@@ -79,7 +58,7 @@ def test_dbos_peer_reports_every_figure_and_drops_its_database(tmp_path: Path) -
     prefix = f"{SUITE.pg_db_prefix}_bench_dbos"
 
     # When the quick benchmark compares ours with DBOS
-    _, document = _run(tmp_path, prefix)
+    document = _run(tmp_path, prefix)
 
     # Then both DBOS sides answered every call, with every figure a positive number
     figures = document["figures"]
@@ -95,13 +74,13 @@ def test_dbos_peer_reports_every_figure_and_drops_its_database(tmp_path: Path) -
             "call_p99_ms",
             "submit_p50_ms",
         ):
-            assert _positive(figures.get(f"{side}_{name}")), (side, name, figures)
+            assert positive(figures.get(f"{side}_{name}")), (side, name, figures)
     pool = next(iter(document["results"]["dbos"].values()))
     assert pool["polling_s"] == {"dbos": 0.01, "dbos_defaults": 1.0}
     # And the DBOS worker's CPU and its database's server CPU were measured per call
     for sample in pool["sides"]["dbos"]["throughput"]["peer"]:
-        assert _positive(sample["worker_cpu_ms"]), sample
-        assert _positive(sample["server_cpu_ms"]), sample
+        assert positive(sample["worker_cpu_ms"]), sample
+        assert positive(sample["server_cpu_ms"]), sample
     # And every ratio is quoted with its spread
     ratio = pool["sides"]["dbos"]["throughput"]["ratio"]
     assert ratio["min"] <= ratio["median"] <= ratio["max"]

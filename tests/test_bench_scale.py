@@ -18,10 +18,8 @@ import redis
 from bench.studies.ceiling import CALLS_PER_RUN, Driver
 from bench.suite.config import BROKER_DB, STORE_DB
 from boundary.store import keys
+from tests.bench_runner import ROOT, SERVER, positive
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
-
-ROOT = Path(__file__).resolve().parents[1]
-SERVER = f"redis://{REDIS_HOST}:{REDIS_PORT}"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600 if CI else 300)]
 
@@ -34,10 +32,6 @@ def _run(module: str, *args: str) -> dict[str, Any]:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)  # type: ignore[no-any-return]
-
-
-def _positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def _empty(db: int) -> bool:
@@ -88,12 +82,12 @@ def test_ceiling_reports_calls_and_redis_cpu_per_call_for_both_modes() -> None:
         "store,full,inline",
     )
 
-    assert _positive(got["task_message_bytes"])
+    assert positive(got["task_message_bytes"])
     for mode in ("store", "full", "inline"):
         assert [row["processes"] for row in got[mode]] == [1, 2]
         for row in got[mode]:
             for name in ("calls", "calls_per_s", "redis_cpu_ms_per_call", "ceiling_calls_per_s"):
-                assert _positive(row[name]), (mode, name, row)
+                assert positive(row[name]), (mode, name, row)
     assert _empty(STORE_DB) and _empty(BROKER_DB)
 
 
@@ -121,7 +115,7 @@ def test_scaling_reports_each_worker_count(tmp_path: Path) -> None:
     assert [row["workers"] for row in got["rows"]] == [1, 2]
     for row in got["rows"]:
         for name in ("calls_per_s", "worker_cpu_ms", "client_cpu_ms", "redis_cpu_ms"):
-            assert _positive(row[name]), (name, row)
+            assert positive(row[name]), (name, row)
     assert got["rows"][0]["over_one_worker"] == 1.0
     assert _empty(STORE_DB)
 
@@ -149,7 +143,7 @@ def test_onehop_measures_both_workers_in_pairs(tmp_path: Path) -> None:
     (pool,) = got["pools"]
     for name in ("ours", "onehop"):
         assert len(pool[f"{name}_per_s"]) == 2
-        assert all(_positive(v) for v in pool[f"{name}_worker_cpu_ms"])
+        assert all(positive(v) for v in pool[f"{name}_worker_cpu_ms"])
     assert pool["throughput_ratio"]["n"] == 2
     for name in ("onehop_call_p50_ms", "ours_call_p50_ms", "call_p50_ratio"):
         assert name in pool["sequential"]

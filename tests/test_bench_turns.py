@@ -4,38 +4,24 @@ sane types. Its values are not checked against the targets (the machines are too
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench_runner import SERVER, run_bench
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
-
-ROOT = Path(__file__).resolve().parents[1]
-#: bench's exit status when another benchmark run holds DBs 3-5 of the same server.
-EXIT_BUSY = 75
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600 if CI else 240)]
 
 
 def test_b8_reports_turn_submit_and_throughput_figures(tmp_path: Path) -> None:
     require_service("Redis", REDIS_HOST, REDIS_PORT)
-    command = [
-        sys.executable, "-m", "bench", "--quick", "--json", "--only", "b8",
-        "--redis-url", f"redis://{REDIS_HOST}:{REDIS_PORT}", "--out", str(tmp_path),
-        "--lock-wait", "600" if CI else "60",
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
-    done = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540, check=False
+    document = run_bench(
+        *("--quick", "--json", "--only", "b8", "--redis-url", SERVER, "--out", str(tmp_path)),
+        *("--lock-wait", "600" if CI else "60"),
+        timeout=540,
     )
-    if done.returncode == EXIT_BUSY and not CI:
-        pytest.skip("another benchmark run holds the benchmark's Redis DBs")
-    assert done.returncode == 0, done.stderr[-3000:]
-    b8 = json.loads(done.stdout)["results"]["b8"]
+    b8 = document["results"]["b8"]
     submit, rate = b8["submit"], b8["throughput"]
     assert submit["size"] == 8
     assert submit["turn_submit_p50_ms"] > 0 and submit["one_submit_p50_ms"] > 0
