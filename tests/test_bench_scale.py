@@ -148,3 +148,37 @@ def test_onehop_measures_both_workers_in_pairs(tmp_path: Path) -> None:
     for name in ("onehop_call_p50_ms", "ours_call_p50_ms", "call_p50_ratio"):
         assert name in pool["sequential"]
     assert _empty(STORE_DB)
+
+
+def test_reproject_memory_reports_every_process_peak_at_each_size(tmp_path: Path) -> None:
+    # Given the bench's DBs of the suite's Redis
+    require_service("Redis", REDIS_HOST, REDIS_PORT)
+
+    # When the memory study runs both commands on two tiny stores, one worker per queue
+    got = _run(
+        "bench.studies.reproject_memory",
+        "--records",
+        "20,40",
+        "--calls",
+        "10",
+        "--processes",
+        "1",
+        "--pool",
+        "threads:2",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
+
+    # Then each size has both commands' peaks (each command ended with exit 0) and each
+    # worker's, never below what it held when it started, and the DBs are left empty
+    assert [size["records"] for size in got] == [20, 40]
+    for size in got:
+        for command in ("sealed", "current"):
+            assert size[command]["exit"] == 0, size[command]
+            assert positive(size[command]["max_rss_mb"])
+        assert len(size["workers_peak_mb"]) == 2
+        for name, peaks in size["workers_peak_mb"].items():
+            assert peaks and max(peaks) >= max(size["workers_ready_mb"][name])
+    assert (tmp_path / "reproject_memory.json").exists()
+    assert _empty(STORE_DB)
