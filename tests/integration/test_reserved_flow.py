@@ -228,3 +228,42 @@ def test_a_chunk_frees_its_lane_s_expired_lease_and_comes_back_for_a_live_one(
         REPROJECT_SLOTS, limits, lane_key("job-1", 0), attempt=stalled.hold.attempt
     )
     assert stale.code == RELEASE_STALE
+
+
+def test_the_metrics_gauges_export_the_chunks_cap_and_its_lanes_holding_and_waiting(
+    store: RedisCanonicalStore,
+) -> None:
+    from types import SimpleNamespace
+
+    from boundary import telemetry
+    from tasks.worker.metrics_endpoint import StoreGauges, metrics_flow, store_gauges
+    from tests.conftest import celery_test_settings
+
+    # Given the worker's gauges' flow control (the cap from its settings: 1 slot)
+    settings = celery_test_settings(reproject_concurrency=1)
+    flow = metrics_flow(SimpleNamespace(store=store, registry=ToolRegistry(), settings=settings))
+    entry = flow.reserved[REPROJECT_SLOTS]
+    # And two lanes of a job asking for a slot: one holds it, one waits
+    for lane in (0, 1):
+        flow.ops.admit(REPROJECT_SLOTS, entry.limits, lane_key("job-1", lane), attempt=1,
+                       tenant="job-1", priority=0, deadline=None, record_exists=True)  # fmt: skip
+    # Then the gauges carry the cap, the lane holding and the lane waiting, by entry name
+    gauges = store_gauges(store, flow)
+    assert gauges[telemetry.CALLS_LIMIT.name] == {REPROJECT_SLOTS: 1.0}
+    assert gauges[telemetry.CALLS_RUNNING.name] == {REPROJECT_SLOTS: 1.0}
+    assert gauges[telemetry.CALLS_WAITING.name] == {REPROJECT_SLOTS: 1.0}
+    # And an operator's override of the cap is the figure exported
+    flow.ops.set_override(REPROJECT_SLOTS, {"concurrency": 3})
+    assert store_gauges(store, flow)[telemetry.CALLS_LIMIT.name] == {REPROJECT_SLOTS: 3.0}
+    # And Prometheus gets them under the limited tools' names, labelled by the entry
+    telemetry.set_gauge_source(lambda: store_gauges(store, flow))
+    try:
+        families = {f.name: f for f in StoreGauges().collect()}
+    finally:
+        telemetry.set_gauge_source(None)
+    # (the override takes effect at the next step: the lane still waits)
+    for name, value in (("limit", 3.0), ("running", 1.0), ("waiting", 1.0)):
+        samples = {
+            (s.labels["tool"], s.value) for s in families[f"tool_boundary_calls_{name}"].samples
+        }
+        assert samples == {(REPROJECT_SLOTS, value)}, name
