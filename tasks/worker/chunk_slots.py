@@ -242,6 +242,23 @@ def _held(flow: Flow, key: CanonicalKey, attempt: int, lease_s: float) -> Taken:
     return Taken(Hold(flow, key, attempt, lease_s))
 
 
+def withdraw(flow_ops: Any, jobs: RedisJobs, job_id: str) -> list[int]:
+    """A cancelled job's lanes waiting at the cap leave its line (one atomic step where the
+    line lives, ``flow/withdraw.lua``), so the next job's lanes are not queued behind them,
+    and each of them ends where its cursor is (a checkpoint of nothing: the job is
+    cancelling), as its chunk would have once granted a slot. A lane holding a slot is left
+    to stop at its next chunk boundary and give the slot up then. The lanes taken out, in
+    order. Raises ``StoreError``."""
+    taken = flow_ops.withdraw(REPROJECT_SLOTS, ToolLimits(), job_id)
+    lanes = sorted({found[1] for key, _ in taken if (found := lane_of(key)) and found[0] == job_id})
+    job = jobs.get(job_id) if lanes else None
+    for lane in lanes:
+        if job is not None and lane in job.cursors and lane not in job.ended:
+            cursor = job.cursors[lane]
+            jobs.checkpoint(job_id, lane, before=cursor, after=cursor, totals={}, lines=[])
+    return lanes
+
+
 def lane_states(flow_ops: Any, job: Job) -> dict[int, FlowState]:
     """Where each lane of a running job stands at the cap (one round trip a lane)."""
     if not job.active:

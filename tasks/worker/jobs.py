@@ -158,6 +158,10 @@ def _capped(
         def again(holder: int, delay_s: float) -> None:
             send_chunk(job_id, lane, seen=holder or None, countdown_s=delay_s)
 
+        if slot is None and _stopping(job_id):
+            # A cancelled job's lane asks no slot (it would join the line behind which the
+            # next job's lanes wait): its chunk ends the lane where it is.
+            return retrying(lambda: _chunk(job_id, lane, on_start))[0]
         taken = retrying(
             lambda: take(flow, _jobs(), job_id, lane, slot=slot, seen=seen, on_again=again)
         )
@@ -168,6 +172,12 @@ def _capped(
     if countdown is not None:
         send_lane(job_id, lane, countdown)
     return result
+
+
+def _stopping(job_id: str) -> bool:
+    """The job is cancelling, over, or gone (one read of its hash)."""
+    job = retrying(lambda: _jobs().get(job_id))
+    return job is None or not job.active or job.cancel
 
 
 def _chunk(

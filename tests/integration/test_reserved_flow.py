@@ -267,3 +267,48 @@ def test_the_metrics_gauges_export_the_chunks_cap_and_its_lanes_holding_and_wait
             (s.labels["tool"], s.value) for s in families[f"tool_boundary_calls_{name}"].samples
         }
         assert samples == {(REPROJECT_SLOTS, value)}, name
+
+
+def test_jobs_cancel_takes_the_job_s_waiting_lanes_out_of_the_cap_s_line(
+    store: RedisCanonicalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from tasks.cli.main import EXIT_OK, cli
+    from tests.conftest import STORE_DB, redis_url
+
+    jobs = RedisJobs.of(store)
+    assert jobs is not None
+    jobs.start("job-1", {"selection": {}}, 3, "0")
+    jobs.start("job-2", {"selection": {}}, 1, "0")
+    flow, entry, sent = Flow(store, ToolRegistry(), None), reserved(LONG_LEASE_S), Sent()
+    entry = Reserved(name=REPROJECT_SLOTS, limits=entry.limits, send=sent.__call__)
+    flow.reserve(entry)
+
+    def ask(job_id: str, lane: int) -> Admitted:
+        reply = flow.ops.admit(REPROJECT_SLOTS, entry.limits, lane_key(job_id, lane),
+                               attempt=jobs.next_slot(job_id, lane), tenant=job_id, priority=0,
+                               deadline=None, record_exists=True)  # fmt: skip
+        return reply.admitted
+
+    # Given a job whose lane 0 holds the cap's one slot and lanes 1 and 2 wait, and another
+    # job's lane waiting behind them
+    assert [ask("job-1", n) for n in range(3)] == [Admitted.GRANTED] + [Admitted.WAITING] * 2
+    assert ask("job-2", 0) is Admitted.WAITING
+    assert flow.ops.status(REPROJECT_SLOTS, entry.limits).waiting == 3
+    # When the first job is cancelled
+    monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", redis_url(STORE_DB))
+    result = CliRunner().invoke(cli, ["jobs", "cancel", "job-1"])
+    assert result.exit_code == EXIT_OK, result.output
+    # Then its waiting lanes have left the line (the other job's lane is next), and ended
+    # where they were; the lane holding the slot still holds it until its chunk ends
+    standing = [flow.ops.state(REPROJECT_SLOTS, entry.limits, lane_key("job-1", n)).standing
+                for n in range(3)]  # fmt: skip
+    assert standing == [FlowStanding.HOLDS, FlowStanding.NONE, FlowStanding.NONE]
+    other = flow.ops.state(REPROJECT_SLOTS, entry.limits, lane_key("job-2", 0))
+    assert other.standing is FlowStanding.WAITS and other.ahead == 0
+    job = jobs.get("job-1")
+    assert job is not None and job.ended == frozenset({1, 2}) and job.state == "running"
+    # And when the holding lane gives its slot up, the other job's lane is handed it
+    flow.release(lane_key("job-1", 0), REPROJECT_SLOTS, entry.limits, attempt=1)
+    assert sent.sent == [(lane_key("job-2", 0).identity, 1)]
