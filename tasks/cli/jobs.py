@@ -41,7 +41,7 @@ from tasks.cli.common import (
 from tasks.exits import EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.settings import Settings
 from tasks.wiring.reproject import ReprojectError
-from tasks.worker.chunk_slots import lane_states, slots_text, slots_view, withdraw
+from tasks.worker.chunk_slots import cancel, lane_states, slots_text, slots_view
 from tasks.worker.jobs import DEFAULT_CHUNK_RUNS, DEFAULT_LANES, send_lanes
 
 #: Lines read from a job's stream per round trip while following it.
@@ -518,9 +518,7 @@ def jobs_cancel(job_id: JobArg) -> None:
         store = open_store(settings)
         jobs = RedisJobs.of(store)
         assert jobs is not None
-        state = jobs.cancel(job_id)
-        if state == "running" and hasattr(store, "flow_ops"):
-            withdraw(store.flow_ops, jobs, job_id)
+        state = cancel(store, jobs, job_id)
     if state is None:
         fail(f"no job {job_id} (JOB_NOT_FOUND)", EXIT_NOT_FOUND)
     if state == "running":

@@ -259,6 +259,17 @@ def withdraw(flow_ops: Any, jobs: RedisJobs, job_id: str) -> list[int]:
     return lanes
 
 
+def cancel(store: Any, jobs: RedisJobs, job_id: str) -> str | None:
+    """Asks the job to stop (``RedisJobs.cancel``: each lane at its next checkpoint) and,
+    when it was running, takes its lanes waiting at the cap out of the line (``withdraw``).
+    The job's state before (``None``: no such job). Raises ``StoreError``."""
+    state = jobs.cancel(job_id)
+    flow_ops = getattr(store, "flow_ops", None)
+    if state == "running" and flow_ops is not None:
+        withdraw(flow_ops, jobs, job_id)
+    return state
+
+
 def lane_states(flow_ops: Any, job: Job) -> dict[int, FlowState]:
     """Where each lane of a running job stands at the cap (one round trip a lane)."""
     if not job.active:
