@@ -33,9 +33,10 @@ from boundary import (
 )
 from boundary.flow import Flow
 from boundary.reaper import sweep_reserved
+from boundary.store.redis_jobs import RedisJobs
 from tasks.cli.main import EXIT_OK, cli
 from tasks.settings import Settings
-from tasks.wiring.app import REPROJECTIONS_QUEUE
+from tasks.wiring.app import REPROJECT_CHUNK, REPROJECTIONS_QUEUE
 from tasks.worker import chunk_slots
 from tests import reprojection_tools as rt
 from tests.celery.workers import celery_process, worker_args
@@ -337,6 +338,7 @@ def test_a_worker_killed_holding_the_slot_gives_it_back_and_its_job_resumes(
 
 def test_a_cancelled_job_s_waiting_lanes_leave_the_cap_s_line_for_the_next_job(
     cli_env: None,
+    celery_session_app: Celery,
     v1: ToolBoundary,
     redis_client: redis.Redis,
     tmp_path: Path,
@@ -371,6 +373,17 @@ def test_a_cancelled_job_s_waiting_lanes_leave_the_cap_s_line_for_the_next_job(
             assert (row["running"], row["waiting"]) == (1, 1), row
             assert row["waiting_by_tenant"] == {"next": 1}, row
             assert job_state("dead")["lanes_ended"] == 2
+            # And a late chunk of a cancelled lane (a duplicate message) asks for no slot: it
+            # does not join the line behind which the next job waits
+            jobs = RedisJobs.of(v1.store)
+            assert jobs is not None
+            job = jobs.get("dead")
+            assert job is not None and len(job.ended) == 2
+            stray = celery_session_app.send_task(
+                REPROJECT_CHUNK, args=("dead", min(job.ended)), queue=REPROJECTIONS_QUEUE
+            ).get(timeout=GIVE_UP_S)
+            assert stray.get("state") != "waiting", stray
+            assert cap_row()["waiting_by_tenant"] == {"next": 1}
             # And once the held chunk ends, the job ends cancelled and the next one runs
             hold.touch()
             ended = {
