@@ -199,7 +199,9 @@ class Relay:
 
     def stop(self) -> None:
         """Cancels the current job and returns once it has ended (no chunk runs on)."""
-        self.jobs.cancel(self.current)
+        from tasks.worker.chunk_slots import cancel
+
+        cancel(self.store, self.jobs, self.current)
         deadline = time.monotonic() + JOB_WAIT_S
         while (job := self.jobs.get(self.current)) is not None and job.active:
             if time.monotonic() > deadline:

@@ -477,7 +477,8 @@ class CanonicalStore(ABC):
 
     @abstractmethod
     def run_ids(self) -> Iterator[str]:
-        """Every run that has a live budget key (from an index, or by SCAN, never KEYS)."""
+        """Every run that has a live budget key (from an index, or by SCAN, never KEYS),
+        read a page at a time as it is iterated (never held whole: callers stream it)."""
 
     @abstractmethod
     def run_summary(self, run_id: str) -> RunSummary | None:

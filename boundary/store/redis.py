@@ -78,6 +78,8 @@ DEFAULT_WAIT_TIMEOUT_MS = 100
 SCAN_COUNT = 1000
 #: Runs summarised per pipeline (``run_summaries``).
 SUMMARY_BATCH = 1000
+#: Members of the runs index read per ZRANGE by ``run_ids``.
+RUN_IDS_PAGE = 1000
 
 RedisClient = redis.Redis | redis.cluster.RedisCluster
 
@@ -484,15 +486,29 @@ class RedisCanonicalStore(RedisAttempts, RedisProgress, CanonicalStore):
             return [keys.PENDING_RUNS]
         return [keys.PENDING_RUNS, *(keys.pending_key(run_id) for run_id in run_ids)]
 
-    def run_ids(self) -> Iterator[str]:
-        """The runs index's members whose newest record has not expired: no SCAN. The create
-        script keeps the index (``keys.RUNS``); on a cluster ``index_run.lua`` does, right
-        after the create."""
-        with _translated():
-            live: list[str] = self.client.zrange(  # type: ignore[assignment]
-                keys.RUNS, f"({ms(self.now())}", "+inf", byscore=True
-            )
-        yield from live
+    def run_ids(self, *, page: int | None = None) -> Iterator[str]:
+        """The runs index's members whose newest record has not expired, in its order (by
+        the expiry of the run's newest record, then id): no SCAN. The create script keeps
+        the index (``keys.RUNS``); on a cluster ``index_run.lua`` does, right after the
+        create. Read ``page`` members (default ``RUN_IDS_PAGE``; one ZRANGE) at a time as it
+        is iterated, so the list is never held whole: a run that takes a call while the
+        index is read moves to its end, and may be met twice (where it was, where it went)."""
+        page = page or RUN_IDS_PAGE
+        low, skip = ms(self.now()) + 1, 0
+        while True:
+            with _translated():
+                members: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
+                    keys.RUNS, low, "+inf", byscore=True, offset=skip, num=page, withscores=True
+                )
+            for run_id, _ in members:
+                yield run_id
+            if len(members) < page:
+                return
+            # The next page starts at the last score read, past the members of that score
+            # read already (ties are ordered by id).
+            last = int(members[-1][1])
+            same = sum(1 for _, score in members if int(score) == last)
+            low, skip = last, same + skip if last == low else same
 
     def scanned_run_ids(self) -> Iterator[str]:
         """Every run with a live budget key, by SCAN of the keyspace (what ``run_ids`` does on

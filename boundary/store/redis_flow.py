@@ -49,6 +49,7 @@ _SCRIPTS = (
     "status",
     "sweep",
     "renew",
+    "withdraw",
 )
 #: Override fields and the ToolLimits field each sets.
 #: The largest value an override field may hold (the scripts' numbers are doubles: a value
@@ -226,6 +227,18 @@ class RedisFlow:
         """The tool of a rate-limited call starts: (start time, a wake-up to schedule), ms."""
         start, wake = self._run("start", tool, limits, key.identity, attempt)
         return int(start), int(wake)
+
+    def withdraw(
+        self, tool: str, limits: ToolLimits, tenant: str, *, most: int = 10_000
+    ) -> list[tuple[CanonicalKey, int]]:
+        """Every call of ``tenant`` waiting in ``tool``'s line leaves it, in one atomic step
+        (up to ``most``): ``(key, attempt)`` of each. Slots held are left alone."""
+        flat = self._run("withdraw", tool, limits, tenant, most)
+        found = []
+        for n in range(0, len(flat), 2):
+            for key in _keys_of([flat[n]]):
+                found.append((key, int(flat[n + 1])))
+        return found
 
     def pump(self, tool: str, limits: ToolLimits) -> FlowReply:
         """Hands free slots to the line."""

@@ -39,6 +39,7 @@ from boundary.telemetry.metrics import (
     stale_holder,
 )
 from boundary.telemetry.names import (
+    CALLS_LIMIT,
     CALLS_RUNNING,
     CALLS_WAITING,
     EXECUTE,
@@ -81,6 +82,7 @@ def configure(
 
 
 __all__ = [
+    "CALLS_LIMIT",
     "CALLS_RUNNING",
     "CALLS_WAITING",
     "EXECUTE",

@@ -140,6 +140,15 @@ CALLS_WAITING = Metric(
     "Calls of a limited tool waiting for a slot (fleet-wide, from its flow control)",
     (TOOL,),
 )
+CALLS_LIMIT = Metric(
+    "tool_boundary.calls.limit",
+    "tool_boundary_calls_limit",
+    "gauge",
+    "{call}",
+    "A limited tool's concurrency cap in force (declared, overlaid by the run-time override;"
+    " a tool without one is left out), the fleet's reserved entries included",
+    (TOOL,),
+)
 SLOT_WAIT = Metric(
     "tool_boundary.slot_wait.duration",
     "tool_boundary_slot_wait_seconds",
@@ -173,6 +182,7 @@ METRICS: dict[str, Metric] = {
         HEARTBEAT_LAG,
         CALLS_RUNNING,
         CALLS_WAITING,
+        CALLS_LIMIT,
         SLOT_WAIT,
         STALE_HOLDERS,
     )

@@ -41,7 +41,7 @@ from tasks.cli.common import (
 from tasks.exits import EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.settings import Settings
 from tasks.wiring.reproject import ReprojectError
-from tasks.worker.chunk_slots import lane_states, slots_text, slots_view
+from tasks.worker.chunk_slots import cancel, lane_states, slots_text, slots_view
 from tasks.worker.jobs import DEFAULT_CHUNK_RUNS, DEFAULT_LANES, send_lanes
 
 #: Lines read from a job's stream per round trip while following it.
@@ -510,11 +510,15 @@ def jobs_show(job_id: JobArg, as_json: JsonFlag = False) -> None:
 
 @jobs_app.command("cancel")
 def jobs_cancel(job_id: JobArg) -> None:
-    """Stops a running job: each lane stops at its next checkpoint (within one chunk)."""
+    """Stops a running job: each lane stops at its next checkpoint (within one chunk); its
+    lanes waiting for a slot of the cap leave the line and stop at once."""
     require_id(job_id, "job id")
     settings = settings_or_fail()
     with reaching(settings):
-        state = _jobs_or_fail().cancel(job_id)
+        store = open_store(settings)
+        jobs = RedisJobs.of(store)
+        assert jobs is not None
+        state = cancel(store, jobs, job_id)
     if state is None:
         fail(f"no job {job_id} (JOB_NOT_FOUND)", EXIT_NOT_FOUND)
     if state == "running":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from boundary import (
     ObservedFacts,
 )
 from boundary.diagnostics import Diagnostic
+from boundary.store.base import CanonicalStore
 from tasks.cli.common import (
     JsonFlag,
     RunArg,
@@ -175,15 +177,16 @@ def _running_text(views: list[dict[str, Any]]) -> str:
     return ", ".join(parts) or "-"
 
 
-def runs(as_json: JsonFlag = False) -> None:
-    """Every live run with its calls counted by status, and the progress of its calls in
-    flight (``watch RUN_ID`` follows them live)."""
-    settings = settings_or_fail()
-    with reaching(settings):
-        store = open_store(settings)
-        summaries = store.run_summaries(sorted(store.run_ids()))
-        busy = [s.run_id for s in summaries if s.projecting]
-        entries = store.progress_many(busy) if busy else {}
+#: Runs read and printed per step (``runs``): the runs index is never held whole.
+RUNS_PER_STEP = 1000
+
+
+def _run_rows(store: CanonicalStore, run_ids: list[str]) -> list[dict[str, Any]]:
+    """``runs``' rows of these runs (unknown ones left out): their counts (one pipeline)
+    and the progress of their calls in flight (one read of each busy run's calls)."""
+    summaries = store.run_summaries(run_ids)
+    busy = [s.run_id for s in summaries if s.projecting]
+    entries = store.progress_many(busy) if busy else {}
     now = datetime.now(UTC)
     running = {
         run_id: [
@@ -193,7 +196,7 @@ def runs(as_json: JsonFlag = False) -> None:
         ]
         for run_id, run_entries in entries.items()
     }
-    rows: list[dict[str, Any]] = [
+    return [
         {
             "run_id": s.run_id,
             "calls": s.calls,
@@ -204,17 +207,49 @@ def runs(as_json: JsonFlag = False) -> None:
         }
         for s in summaries
     ]
+
+
+def _steps(run_ids: Iterator[str], size: int) -> Iterator[list[str]]:
+    step: list[str] = []
+    for run_id in run_ids:
+        step.append(run_id)
+        if len(step) == size:
+            yield step
+            step = []
+    if step:
+        yield step
+
+
+def runs(as_json: JsonFlag = False) -> None:
+    """Every live run with its calls counted by status, and the progress of its calls in
+    flight (``watch RUN_ID`` follows them live), in the runs index's order (the run with the
+    oldest newest call first). Read and printed a thousand runs at a time: the list of runs
+    is never held whole."""
+    settings = settings_or_fail()
+    console = Console(highlight=False)
+    printed = 0
+    with reaching(settings):
+        store = open_store(settings)
+        for run_ids in _steps(store.run_ids(), RUNS_PER_STEP):
+            rows = _run_rows(store, run_ids)
+            if not rows:
+                continue
+            if as_json:
+                # The same text as one dumps() of the whole list: "[row,row,...]".
+                typer.echo(("," if printed else "[") + ",".join(dumps(r) for r in rows), nl=False)
+            else:
+                table = Table("run", "calls", "ready", "error", "projecting", "running")
+                for row in rows:
+                    counts = (
+                        str(row[c]) for c in ("run_id", "calls", "ready", "error", "projecting")
+                    )
+                    table.add_row(*counts, Text(printable(_running_text(row["running"]))))
+                console.print(table)
+            printed += len(rows)
     if as_json:
-        typer.echo(dumps(rows))
-        return
-    if not rows:
+        typer.echo("]" if printed else "[]")
+    elif not printed:
         typer.echo("no runs")
-        return
-    table = Table("run", "calls", "ready", "error", "projecting", "running")
-    for row in rows:
-        counts = (str(row[c]) for c in ("run_id", "calls", "ready", "error", "projecting"))
-        table.add_row(*counts, Text(printable(_running_text(row["running"]))))
-    Console(highlight=False).print(table)
 
 
 # --- observe ------------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 """What the web pages show, read from the store: plain dicts, no HTML.
 
-Reads only, with the store's bounded reads: the runs index (never a SCAN), a pipeline of
-run summaries, one read of a run's calls (its progress and pending sets), one record. No raw
-response is read unless the server shows raw responses.
+Reads only, with the store's bounded reads: the runs index (never a SCAN, read a page at a
+time), pipelines of run summaries, one read of a run's calls (its progress and pending
+sets), one record. No raw response is read unless the server shows raw responses.
 """
 
 from __future__ import annotations
 
 import json
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -15,13 +17,15 @@ from typing import Any
 from boundary import CallProgress, CanonicalKey, CanonicalRecord, InvocationStatus
 from boundary.flow import Flow
 from boundary.models import is_safe_id
-from boundary.store.base import CanonicalStore
+from boundary.store.base import CanonicalStore, RunSummary
 from tasks.views import compact, limits_view, observe_run, progress_of
 
 #: Runs a page of the runs index lists.
 RUNS_PAGE = 50
 #: Newest runs whose calls are read to filter by tool (each is one read of the run's calls).
 TOOL_FILTER_RUNS = 500
+#: Runs of the index whose counts are read per step (the index is never held whole).
+SUMMARY_PAGE = 1000
 #: Characters of a JSON field shown on a call's page (the rest is cut, and the page says so).
 FIELD_CHARS = 20_000
 #: Characters of a raw response shown with ``--show-raw``.
@@ -138,24 +142,57 @@ class RunsQuery:
     tool: str | None = None
 
 
+def _pages(run_ids: Iterable[str], size: int) -> Iterator[list[str]]:
+    page: list[str] = []
+    for run_id in run_ids:
+        page.append(run_id)
+        if len(page) == size:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+def _status_matches(summary: RunSummary, status: str | None) -> bool:
+    if status == "PROJECTING":
+        return summary.projecting > 0
+    if status == "READY":
+        return summary.ready > 0
+    if status == "ERROR":
+        return summary.error > 0
+    return True
+
+
 def runs_page(store: CanonicalStore, query: RunsQuery) -> dict[str, Any]:
     """The runs index, newest first (by its newest call), with counts by status and the
-    running and waiting calls of each run shown; filtered by status and tool."""
-    newest_first = list(store.run_ids())[::-1]
-    summaries = {s.run_id: s for s in store.run_summaries(newest_first)}
-    runs = [summaries[r] for r in newest_first if r in summaries]
-    if query.status == "PROJECTING":
-        runs = [s for s in runs if s.projecting]
-    elif query.status == "READY":
-        runs = [s for s in runs if s.ready]
-    elif query.status == "ERROR":
-        runs = [s for s in runs if s.error]
+    running and waiting calls of each run shown; filtered by status and tool.
+
+    The index is read a page at a time, oldest first (``run_ids``), and never held whole:
+    every run's counts go into the totals, and only the newest runs the page can show are
+    kept (``RUNS_PAGE``, or the ``TOOL_FILTER_RUNS`` whose calls are read to filter by
+    tool); only those runs' calls are read."""
+    keep = TOOL_FILTER_RUNS if query.tool else RUNS_PAGE
+    newest: deque[RunSummary] = deque(maxlen=keep)
+    totals = {"runs": 0, "calls": 0, "ready": 0, "error": 0, "projecting": 0}
+    matching = 0
+    for page in _pages(store.run_ids(), SUMMARY_PAGE):
+        for summary in store.run_summaries(page):
+            totals["runs"] += 1
+            totals["calls"] += summary.calls
+            totals["ready"] += summary.ready
+            totals["error"] += summary.error
+            totals["projecting"] += summary.projecting
+            if _status_matches(summary, query.status):
+                matching += 1
+                newest.append(summary)
+    runs = list(reversed(newest))
     calls: dict[str, list[CanonicalRecord]] = {}
     if query.tool:
-        candidates = [s.run_id for s in runs[:TOOL_FILTER_RUNS]]
+        candidates = [s.run_id for s in runs]
         progress = store.progress_many(candidates) if candidates else {}
         calls = {r: [e.record for e in entries if e.record] for r, entries in progress.items()}
         runs = [s for s in runs if any(c.tool_name == query.tool for c in calls.get(s.run_id, []))]
+        matching = len(runs)
     shown = runs[:RUNS_PAGE]
     busy = [s.run_id for s in shown if s.projecting and s.run_id not in calls]
     if busy:
@@ -170,16 +207,9 @@ def runs_page(store: CanonicalStore, query: RunsQuery) -> dict[str, Any]:
             if r.status is InvocationStatus.PROJECTING
         ]
         rows.append({"summary": s, "live": live, "counts": _state_counts(live)})
-    totals = {
-        "runs": len(summaries),
-        "calls": sum(s.calls for s in summaries.values()),
-        "ready": sum(s.ready for s in summaries.values()),
-        "error": sum(s.error for s in summaries.values()),
-        "projecting": sum(s.projecting for s in summaries.values()),
-    }
     return {
         "runs": rows,
-        "matching": len(runs),
+        "matching": matching,
         "totals": totals,
         "query": query,
         "tool_searched": TOOL_FILTER_RUNS if query.tool else None,

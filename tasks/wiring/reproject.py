@@ -1,18 +1,24 @@
 """Batch reprocessing of many runs: ``reproject`` sends them to the workers as chunks of
 ``project_runs`` tasks (``tasks.worker.runs``), by name, and yields one line per run as each
 chunk's one result comes back. The CLI's ``reproject`` command and the bench use it.
+
+A chunk's result is read from its key in the result backend (``get_task_meta``, Celery's
+public API), with short pauses until it is there: the client subscribes to no result, so
+no result message can come in for a chunk nobody waits on any more (Celery keeps up to
+8,192 such messages, in case a waiter comes later; a long batch would fill that buffer with
+chunks' lines), and it keeps nothing per chunk once the chunk is collected.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from celery import Celery
-from celery.exceptions import TimeoutError as CeleryTimeoutError
+from celery import Celery, states
 
 from boundary import BoundaryError, ErrorCode, EvidenceStatus
 from tasks.views import RunError, error_line
@@ -25,6 +31,10 @@ DEFAULT_CHUNK_SIZE = 100
 DEFAULT_MAX_IN_FLIGHT = 8
 #: Seconds to wait for one chunk's result before its runs count as timed out.
 DEFAULT_CHUNK_TIMEOUT_S = 300.0
+#: First and longest pause between two reads of a chunk's result key, seconds (the pause
+#: doubles): a read is one GET, and the chunks in flight keep the workers busy meanwhile.
+POLL_FIRST_S = 0.002
+POLL_MAX_S = 0.02
 
 
 class ReprojectError(BoundaryError):
@@ -107,8 +117,8 @@ def _chunk_argsrepr(run_ids: list[str]) -> str:
 
 
 class _Batch:
-    """Sends chunks as ``project_runs`` tasks and collects each chunk's one result with a
-    bounded wait."""
+    """Sends chunks as ``project_runs`` tasks and reads each chunk's one result from its key
+    with a bounded wait (no subscription: nothing is kept for a chunk once collected)."""
 
     def __init__(
         self, celery_app: Celery, timeout_s: float, queue: str | None, on_done: Callable[[], None]
@@ -117,10 +127,6 @@ class _Batch:
         self.timeout_s = timeout_s
         self.queue = queue
         self.on_done = on_done
-        #: Chunks collected: their result may still come in on the results channel. Every one
-        #: is kept (an id a chunk: a million records in chunks of 100 runs are 1,000 ids), so a
-        #: message however late is dropped at the next collection.
-        self.collected: set[str] = set()
 
     def send(self, run_ids: list[str]) -> _Chunk:
         options = {} if self.queue is None else {"queue": self.queue}
@@ -132,34 +138,35 @@ class _Batch:
                 kwargsrepr="{}",
                 **options,
             )
-            # Subscribe now, not at the first wait: a result published in between would
-            # otherwise be missed until the wait times out.
-            self.app.backend.add_pending_result(result)
         except Exception:
             # kombu's errors name the broker URL: none of it goes further.
             raise ReprojectError("broker") from None
         return _Chunk(run_ids, result)
 
+    def _meta(self, task_id: str) -> dict[str, Any]:
+        """The chunk's result once ready, or what its key holds when the wait ends."""
+        backend = self.app.backend
+        give_up = time.monotonic() + self.timeout_s
+        pause = POLL_FIRST_S
+        while True:
+            meta: dict[str, Any] = backend.get_task_meta(task_id, cache=False)
+            left = give_up - time.monotonic()
+            if meta.get("status") in states.READY_STATES or left <= 0:
+                return meta
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, POLL_MAX_S)
+
     def collect(self, chunk: _Chunk) -> list[dict[str, Any]]:
-        result = chunk.result
-        arrived = True
+        task_id = chunk.result.id
         try:
-            try:
-                value = result.get(
-                    timeout=self.timeout_s, propagate=False, disable_sync_subtasks=False
-                )
-            except CeleryTimeoutError:
-                # A slow worker or a missed wake-up: read the result key once more.
-                self.app.backend.remove_pending_result(result)
-                meta = self.app.backend.get_task_meta(result.id)
-                arrived = meta.get("status") == "SUCCESS"
-                value = meta.get("result")
+            meta = self._meta(task_id)
             # The lines are ours now: the backend need not keep the chunk until it expires.
-            result.forget()
+            self.app.backend.forget(task_id)
         except Exception:
             raise ReprojectError("result backend") from None
-        self._drop_late_results(result.id)
-        values = _values(value) if arrived else []
+        # A task that failed after all carries an exception: its runs are PROJECTION_FAILED.
+        arrived = meta.get("status") in states.READY_STATES
+        values = _values(meta.get("result")) if arrived else []
         lines = [
             _line(run_id, values[n] if n < len(values) else None, arrived)
             for n, run_id in enumerate(chunk.run_ids)
@@ -167,18 +174,6 @@ class _Batch:
         for _ in lines:
             self.on_done()
         return lines
-
-    def _drop_late_results(self, task_id: str) -> None:
-        """Celery keeps a result message that comes in for a task nobody waits on (up to
-        8,192 of them, in case a waiter comes later): a chunk read from its key before its
-        message arrived leaves its lines there, and a long batch would hold thousands of
-        chunks. Collected chunks have no later waiter: their messages are dropped."""
-        self.collected.add(task_id)
-        buffered = getattr(self.app.backend, "_pending_messages", None)
-        if not isinstance(buffered, dict) or not buffered:
-            return
-        for done in self.collected & buffered.keys():
-            buffered.pop(done, None)
 
 
 def _values(value: Any) -> list[Any]:

@@ -242,6 +242,34 @@ def _held(flow: Flow, key: CanonicalKey, attempt: int, lease_s: float) -> Taken:
     return Taken(Hold(flow, key, attempt, lease_s))
 
 
+def withdraw(flow_ops: Any, jobs: RedisJobs, job_id: str) -> list[int]:
+    """A cancelled job's lanes waiting at the cap leave its line (one atomic step where the
+    line lives, ``flow/withdraw.lua``), so the next job's lanes are not queued behind them,
+    and each of them ends where its cursor is (a checkpoint of nothing: the job is
+    cancelling), as its chunk would have once granted a slot. A lane holding a slot is left
+    to stop at its next chunk boundary and give the slot up then. The lanes taken out, in
+    order. Raises ``StoreError``."""
+    taken = flow_ops.withdraw(REPROJECT_SLOTS, ToolLimits(), job_id)
+    lanes = sorted({found[1] for key, _ in taken if (found := lane_of(key)) and found[0] == job_id})
+    job = jobs.get(job_id) if lanes else None
+    for lane in lanes:
+        if job is not None and lane in job.cursors and lane not in job.ended:
+            cursor = job.cursors[lane]
+            jobs.checkpoint(job_id, lane, before=cursor, after=cursor, totals={}, lines=[])
+    return lanes
+
+
+def cancel(store: Any, jobs: RedisJobs, job_id: str) -> str | None:
+    """Asks the job to stop (``RedisJobs.cancel``: each lane at its next checkpoint) and,
+    when it was running, takes its lanes waiting at the cap out of the line (``withdraw``).
+    The job's state before (``None``: no such job). Raises ``StoreError``."""
+    state = jobs.cancel(job_id)
+    flow_ops = getattr(store, "flow_ops", None)
+    if state == "running" and flow_ops is not None:
+        withdraw(flow_ops, jobs, job_id)
+    return state
+
+
 def lane_states(flow_ops: Any, job: Job) -> dict[int, FlowState]:
     """Where each lane of a running job stands at the cap (one round trip a lane)."""
     if not job.active:

@@ -30,11 +30,12 @@ from boundary.reprojection import (
     dumps_lines,
     page_runs,
 )
+from boundary.store.flow import FlowStanding, ToolLimits
 from boundary.store.redis_jobs import Checkpoint, Job, RedisJobs
 from tasks.runtime import get_runtime
 from tasks.wiring.app import REPROJECT_CHUNK, app
 from tasks.worker.calls import worker_runtime
-from tasks.worker.chunk_slots import REPROJECT_SLOTS, send_chunk, take
+from tasks.worker.chunk_slots import REPROJECT_SLOTS, lane_key, send_chunk, take
 from tasks.worker.step_store import retrying
 
 logger = logging.getLogger(__name__)
@@ -158,6 +159,12 @@ def _capped(
         def again(holder: int, delay_s: float) -> None:
             send_chunk(job_id, lane, seen=holder or None, countdown_s=delay_s)
 
+        if slot is None and _stopping(job_id) and not _holds(flow, job_id, lane):
+            # A late chunk of a cancelled job's lane that holds no slot asks none (it would
+            # join the line behind which the next job's lanes wait): it ends the lane where
+            # it is. A lane holding a slot has a chunk at work: it goes the usual way (it
+            # comes back once that chunk has ended the lane).
+            return retrying(lambda: _chunk(job_id, lane, on_start))[0]
         taken = retrying(
             lambda: take(flow, _jobs(), job_id, lane, slot=slot, seen=seen, on_again=again)
         )
@@ -168,6 +175,18 @@ def _capped(
     if countdown is not None:
         send_lane(job_id, lane, countdown)
     return result
+
+
+def _stopping(job_id: str) -> bool:
+    """The job is cancelling, over, or gone (one read of its hash)."""
+    job = retrying(lambda: _jobs().get(job_id))
+    return job is None or not job.active or job.cancel
+
+
+def _holds(flow: Flow, job_id: str, lane: int) -> bool:
+    """The lane holds a slot of the cap (one read of the cap's keys)."""
+    state = retrying(lambda: flow.ops.state(REPROJECT_SLOTS, ToolLimits(), lane_key(job_id, lane)))
+    return state.standing is FlowStanding.HOLDS
 
 
 def _chunk(

@@ -7,8 +7,10 @@ process of the worker writes its counters and histograms to its own files in one
 (``PROMETHEUS_MULTIPROC_DIR``, a fresh temporary directory unless set, emptied at start), and
 the parent process serves ``/metrics`` summing every file, those of children that have exited
 included, so counts never go back. The same code serves a threads or solo worker (one
-process, the same files). Gauges (calls PROJECTING, heartbeat lag) are read from the store by
-the parent when scraped. Needs the ``[otel]`` extra (``prometheus-client``).
+process, the same files). Gauges (calls PROJECTING, heartbeat lag, each limited tool's cap,
+calls holding a slot and waiting, the fleet's reserved entry of re-projection chunks
+``tool_boundary.reproject`` included) are read from the store by the parent when scraped.
+Needs the ``[otel]`` extra (``prometheus-client``).
 """
 
 from __future__ import annotations
@@ -89,7 +91,9 @@ class StoreGauges:
 
 def store_gauges(store: RedisCanonicalStore, flow: Flow) -> dict[str, telemetry.GaugeValue]:
     """The gauges' values now, read from the store: calls PROJECTING, the heartbeat lag, and
-    each limited tool's calls holding a slot and waiting (from its own keys, never a scan)."""
+    each limited tool's cap in force (when it has one), calls holding a slot and waiting
+    (from its own keys, never a scan); ``flow``'s reserved entries are limited tools here
+    (``metrics_flow``: the re-projection chunks' cap, its lanes holding and waiting)."""
     values: dict[str, telemetry.GaugeValue] = {
         telemetry.PROJECTING.name: float(store.count_projecting() or 0)
     }
@@ -101,7 +105,23 @@ def store_gauges(store: RedisCanonicalStore, flow: Flow) -> dict[str, telemetry.
     if statuses:
         values[telemetry.CALLS_RUNNING.name] = {s.tool: float(s.running) for s in statuses}
         values[telemetry.CALLS_WAITING.name] = {s.tool: float(s.waiting) for s in statuses}
+        capped = [s for s in statuses if s.limits.concurrency is not None]
+        if capped:
+            values[telemetry.CALLS_LIMIT.name] = {
+                s.tool: float(s.limits.concurrency or 0) for s in capped
+            }
     return values
+
+
+def metrics_flow(runtime: Any) -> Flow:
+    """The flow control the gauges read: the runtime's registry and the fleet's reserved
+    entry of re-projection chunks (its cap from ``TOOL_BOUNDARY_REPROJECT_CONCURRENCY``,
+    overlaid by ``limits set``), so it is exported as a limited tool is."""
+    from tasks.worker.chunk_slots import reserve
+
+    flow = Flow(runtime.store, runtime.registry, None)
+    reserve(flow, runtime.settings)
+    return flow
 
 
 def _multiprocess_dir() -> tuple[Path, bool]:
@@ -159,7 +179,7 @@ def serve_metrics(**_: Any) -> None:
         # Bad settings: ``tasks.worker.startup.check_runtime`` stops the worker with one line; a
         # traceback from here would only repeat it (or carry a URL).
         return
-    flow = Flow(runtime.store, runtime.registry, None)
+    flow = metrics_flow(runtime)
 
     def gauges() -> dict[str, telemetry.GaugeValue]:
         return store_gauges(runtime.store, flow)

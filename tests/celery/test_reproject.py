@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 import time
+from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -295,6 +296,43 @@ def test_a_long_batch_keeps_no_collected_chunk_in_the_clients_result_buffer(
     assert len(lines) == 60 and all(len(line["facts"]) == 2 for line in lines)
     assert len(sent) == 60 and len(buffered) == 60
     assert max(buffered) <= DEFAULT_MAX_IN_FLIGHT, buffered
+
+
+def test_a_long_batch_s_own_bookkeeping_of_collected_chunks_stays_bounded(
+    celery_boundary: ToolBoundary, local: ToolBoundary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run, reprocessed as many one-run chunks, two at a time, by a client whose
+    # batch is watched
+    import tasks.wiring.reproject as wiring
+    from tasks.wiring.app import app
+
+    write_run(local, "run-a")
+    batches: list[Any] = []
+
+    class Watched(wiring._Batch):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            batches.append(self)
+
+    monkeypatch.setattr(wiring, "_Batch", Watched)
+    kept: list[int] = []
+
+    def counted() -> None:
+        # What the client itself keeps of the chunks it collected, as each is collected
+        batch = batches[0]
+        kept.append(sum(len(v) for v in vars(batch).values() if isinstance(v, set | dict)))
+        kept[-1] += sum(len(v) for v in vars(batch).values() if isinstance(v, list | deque))
+        app.backend.result_consumer.drain_events(timeout=0.05)
+
+    # When the batch is read to the end
+    lines = list(
+        reproject(["run-a"] * 40, chunk_size=1, max_in_flight=2, celery_app=app, on_done=counted)
+    )
+
+    # Then every line came back, and the client never kept more than a few chunks (two
+    # waits' worth of those in flight), not one per chunk collected
+    assert len(lines) == 40 and all(len(line["facts"]) == 2 for line in lines)
+    assert len(kept) == 40 and max(kept) <= 2 * 2, kept
 
 
 def test_reproject_writes_the_given_runs_to_stdout_in_order(

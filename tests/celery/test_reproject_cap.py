@@ -33,9 +33,10 @@ from boundary import (
 )
 from boundary.flow import Flow
 from boundary.reaper import sweep_reserved
+from boundary.store.redis_jobs import RedisJobs
 from tasks.cli.main import EXIT_OK, cli
 from tasks.settings import Settings
-from tasks.wiring.app import REPROJECTIONS_QUEUE
+from tasks.wiring.app import REPROJECT_CHUNK, REPROJECTIONS_QUEUE
 from tasks.worker import chunk_slots
 from tests import reprojection_tools as rt
 from tests.celery.workers import celery_process, worker_args
@@ -44,6 +45,8 @@ from tests.conftest import celery_test_settings
 pytestmark = [pytest.mark.slow]
 
 CAP = chunk_slots.REPROJECT_SLOTS
+#: A job's states while it runs (``jobs show``).
+ACTIVE = ("running", "cancelling")
 #: Longest the test waits for any one stage, seconds (a give-up, never an assertion on time).
 GIVE_UP_S = 120.0
 
@@ -331,3 +334,72 @@ def test_a_worker_killed_holding_the_slot_gives_it_back_and_its_job_resumes(
     # And nothing is left held or waiting; the dead chunk never came back to be refused
     row = cap_row()
     assert (row["running"], row["waiting"], row["stale_holders"]) == (0, 0, 0), row
+
+
+def test_a_cancelled_job_s_waiting_lanes_leave_the_cap_s_line_for_the_next_job(
+    cli_env: None,
+    celery_session_app: Celery,
+    v1: ToolBoundary,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    # Given a cap of 1 (an operator's setting) and a worker of four threads
+    settings = capped_settings()
+    set_ = invoke("limits", "set", CAP, "--concurrency", "1", "--json")
+    assert set_.exit_code == EXIT_OK, set_.output
+    dead = {f"d{n}": [("c1", "hold")] for n in range(6)}
+    later = {f"n{n}": [("c1", f"q{n}")] for n in range(2)}
+    write_runs(v1, dead | later)
+    env = worker_env(tmp_path, settings)
+    hold = Path(env[rt.HOLD_ENV])
+    try:
+        with celery_process(
+            settings, *reprojection_worker("cap-cancel", 4), log=tmp_path / "w.log", extra_env=env
+        ):
+            # And a job of three lanes whose first chunk holds the slot (its projector held),
+            # its two other lanes waiting, and another job's lane waiting behind them
+            start_job("dead", dead, "--lanes", "3", "--chunk-size", "1")
+            wait_for("the held chunk runs", lambda: redis_client.exists(rt.GAUGE_HOLDING))
+            wait_for("the other lanes wait", lambda: cap_row()["waiting"] == 2)
+            start_job("next", later, "--lanes", "1", "--chunk-size", "1")
+            wait_for("the next job waits", lambda: cap_row()["waiting"] == 3)
+
+            # When the first job is cancelled
+            cancelled = invoke("jobs", "cancel", "dead")
+            assert cancelled.exit_code == EXIT_OK, cancelled.output
+
+            # Then its waiting lanes have left the line at once: only the next job's waits
+            row = cap_row()
+            assert (row["running"], row["waiting"]) == (1, 1), row
+            assert row["waiting_by_tenant"] == {"next": 1}, row
+            assert job_state("dead")["lanes_ended"] == 2
+            # And a late chunk of a cancelled lane (a duplicate message) asks for no slot: it
+            # does not join the line behind which the next job waits
+            jobs = RedisJobs.of(v1.store)
+            assert jobs is not None
+            job = jobs.get("dead")
+            assert job is not None and len(job.ended) == 2
+            stray = celery_session_app.send_task(
+                REPROJECT_CHUNK, args=("dead", min(job.ended)), queue=REPROJECTIONS_QUEUE
+            ).get(timeout=GIVE_UP_S)
+            assert stray.get("state") != "waiting", stray
+            assert cap_row()["waiting_by_tenant"] == {"next": 1}
+            # And once the held chunk ends, the job ends cancelled and the next one runs
+            hold.touch()
+            ended = {
+                job_id: wait_for(
+                    f"{job_id} ends",
+                    lambda j=job_id: (s := job_state(j))["state"] not in ACTIVE and s,
+                )
+                for job_id in ("dead", "next")
+            }
+    finally:
+        hold.touch()
+        reset = invoke("limits", "reset", CAP)
+        assert reset.exit_code == EXIT_OK, reset.output
+    assert ended["dead"]["state"] == "cancelled", ended["dead"]
+    assert ended["dead"]["totals"]["records"] == 1  # the held chunk's one record
+    assert ended["next"]["state"] == "done", ended["next"]
+    assert ended["next"]["totals"]["records"] == 2
+    row = cap_row()
+    assert (row["running"], row["waiting"]) == (0, 0), row

@@ -207,6 +207,41 @@ def test_runs_lists_each_run_with_counts_by_status(
     assert "run-2" in table.stdout
 
 
+def test_runs_reads_and_prints_the_index_a_step_at_a_time_in_its_order(
+    env: None, store: RedisCanonicalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tasks.cli.records
+    from boundary.store import redis as redis_store
+
+    # Given five runs, read and printed two at a time
+    for n in (3, 0, 4, 1, 2):
+        create_projecting(store, "c1", run_id=f"s-{n}")
+    in_order = list(store.run_ids())
+    monkeypatch.setattr(redis_store, "RUN_IDS_PAGE", 2)
+    monkeypatch.setattr(tasks.cli.records, "RUNS_PER_STEP", 2)
+    asked: list[int] = []
+    summaries = RedisCanonicalStore.run_summaries
+
+    def recorded(self: RedisCanonicalStore, run_ids: Any) -> Any:
+        asked.append(len(run_ids))
+        return summaries(self, run_ids)
+
+    monkeypatch.setattr(RedisCanonicalStore, "run_summaries", recorded)
+    # When the runs are listed, as JSON and as a table
+    listed = invoke("runs", "--json")
+    table = invoke("runs")
+    # Then the JSON is one list of every run, in the index's order (one JSON text, as
+    # before), each with its call in flight
+    rows = json.loads(listed.stdout)
+    assert listed.stdout.count("\n") == 1
+    assert [r["run_id"] for r in rows] == in_order
+    assert all(r["projecting"] == 1 and len(r["running"]) == 1 for r in rows)
+    # And the table names every run
+    assert table.exit_code == EXIT_OK and all(r in table.stdout for r in in_order)
+    # And no step read more than two runs' counts
+    assert asked == [2, 2, 1] * 2
+
+
 def test_runs_of_an_empty_store(env: None, redis_client: redis.Redis) -> None:
     assert json.loads(invoke("runs", "--json").stdout) == []
     assert invoke("runs").stdout.strip() == "no runs"

@@ -228,3 +228,87 @@ def test_a_chunk_frees_its_lane_s_expired_lease_and_comes_back_for_a_live_one(
         REPROJECT_SLOTS, limits, lane_key("job-1", 0), attempt=stalled.hold.attempt
     )
     assert stale.code == RELEASE_STALE
+
+
+def test_the_metrics_gauges_export_the_chunks_cap_and_its_lanes_holding_and_waiting(
+    store: RedisCanonicalStore,
+) -> None:
+    from types import SimpleNamespace
+
+    from boundary import telemetry
+    from tasks.worker.metrics_endpoint import StoreGauges, metrics_flow, store_gauges
+    from tests.conftest import celery_test_settings
+
+    # Given the worker's gauges' flow control (the cap from its settings: 1 slot)
+    settings = celery_test_settings(reproject_concurrency=1)
+    flow = metrics_flow(SimpleNamespace(store=store, registry=ToolRegistry(), settings=settings))
+    entry = flow.reserved[REPROJECT_SLOTS]
+    # And two lanes of a job asking for a slot: one holds it, one waits
+    for lane in (0, 1):
+        flow.ops.admit(REPROJECT_SLOTS, entry.limits, lane_key("job-1", lane), attempt=1,
+                       tenant="job-1", priority=0, deadline=None, record_exists=True)  # fmt: skip
+    # Then the gauges carry the cap, the lane holding and the lane waiting, by entry name
+    gauges = store_gauges(store, flow)
+    assert gauges[telemetry.CALLS_LIMIT.name] == {REPROJECT_SLOTS: 1.0}
+    assert gauges[telemetry.CALLS_RUNNING.name] == {REPROJECT_SLOTS: 1.0}
+    assert gauges[telemetry.CALLS_WAITING.name] == {REPROJECT_SLOTS: 1.0}
+    # And an operator's override of the cap is the figure exported
+    flow.ops.set_override(REPROJECT_SLOTS, {"concurrency": 3})
+    assert store_gauges(store, flow)[telemetry.CALLS_LIMIT.name] == {REPROJECT_SLOTS: 3.0}
+    # And Prometheus gets them under the limited tools' names, labelled by the entry
+    telemetry.set_gauge_source(lambda: store_gauges(store, flow))
+    try:
+        families = {f.name: f for f in StoreGauges().collect()}
+    finally:
+        telemetry.set_gauge_source(None)
+    # (the override takes effect at the next step: the lane still waits)
+    for name, value in (("limit", 3.0), ("running", 1.0), ("waiting", 1.0)):
+        samples = {
+            (s.labels["tool"], s.value) for s in families[f"tool_boundary_calls_{name}"].samples
+        }
+        assert samples == {(REPROJECT_SLOTS, value)}, name
+
+
+def test_jobs_cancel_takes_the_job_s_waiting_lanes_out_of_the_cap_s_line(
+    store: RedisCanonicalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from tasks.cli.main import EXIT_OK, cli
+    from tests.conftest import STORE_DB, redis_url
+
+    jobs = RedisJobs.of(store)
+    assert jobs is not None
+    jobs.start("job-1", {"selection": {}}, 3, "0")
+    jobs.start("job-2", {"selection": {}}, 1, "0")
+    flow, entry, sent = Flow(store, ToolRegistry(), None), reserved(LONG_LEASE_S), Sent()
+    entry = Reserved(name=REPROJECT_SLOTS, limits=entry.limits, send=sent.__call__)
+    flow.reserve(entry)
+
+    def ask(job_id: str, lane: int) -> Admitted:
+        reply = flow.ops.admit(REPROJECT_SLOTS, entry.limits, lane_key(job_id, lane),
+                               attempt=jobs.next_slot(job_id, lane), tenant=job_id, priority=0,
+                               deadline=None, record_exists=True)  # fmt: skip
+        return reply.admitted
+
+    # Given a job whose lane 0 holds the cap's one slot and lanes 1 and 2 wait, and another
+    # job's lane waiting behind them
+    assert [ask("job-1", n) for n in range(3)] == [Admitted.GRANTED] + [Admitted.WAITING] * 2
+    assert ask("job-2", 0) is Admitted.WAITING
+    assert flow.ops.status(REPROJECT_SLOTS, entry.limits).waiting == 3
+    # When the first job is cancelled
+    monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", redis_url(STORE_DB))
+    result = CliRunner().invoke(cli, ["jobs", "cancel", "job-1"])
+    assert result.exit_code == EXIT_OK, result.output
+    # Then its waiting lanes have left the line (the other job's lane is next), and ended
+    # where they were; the lane holding the slot still holds it until its chunk ends
+    standing = [flow.ops.state(REPROJECT_SLOTS, entry.limits, lane_key("job-1", n)).standing
+                for n in range(3)]  # fmt: skip
+    assert standing == [FlowStanding.HOLDS, FlowStanding.NONE, FlowStanding.NONE]
+    other = flow.ops.state(REPROJECT_SLOTS, entry.limits, lane_key("job-2", 0))
+    assert other.standing is FlowStanding.WAITS and other.ahead == 0
+    job = jobs.get("job-1")
+    assert job is not None and job.ended == frozenset({1, 2}) and job.state == "running"
+    # And when the holding lane gives its slot up, the other job's lane is handed it
+    flow.release(lane_key("job-1", 0), REPROJECT_SLOTS, entry.limits, attempt=1)
+    assert sent.sent == [(lane_key("job-2", 0).identity, 1)]
