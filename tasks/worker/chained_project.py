@@ -45,6 +45,14 @@ _KNOWN_OPTIONS = frozenset({"task_id", "queue", "argsrepr", "kwargsrepr", "reply
 _PUBLISH_SIGNALS = (signals.before_task_publish, signals.after_task_publish, signals.task_sent)
 #: Exec options ``Celery.send_task`` takes as arguments of its own, not routing options.
 _LIMITS = ("time_limit", "soft_time_limit")
+#: The settings every send reads (a Celery setting lookup costs microseconds: read once, and
+#: again whenever the configuration object or one of these values in its changes differs).
+_SETTINGS = (
+    "task_protocol",
+    "task_always_eager",
+    "task_inherit_parent_priority",
+    "task_send_sent_event",
+)
 
 
 class ChainedProject:
@@ -58,6 +66,9 @@ class ChainedProject:
         self._lock = threading.Lock()
         #: Queue name -> what the project task's options and the router make of it.
         self._routed: dict[str, dict[str, Any]] = {}
+        #: What ``_settings`` read, and of which configuration: (conf, its changes' count and
+        #: values of ``_SETTINGS``, the values read).
+        self._read: tuple[Any, tuple[Any, ...], tuple[Any, ...]] | None = None
 
     def send(self, request: Any) -> bool:
         """Publishes ``request``'s chained project step and clears its ``chain`` (True);
@@ -74,9 +85,23 @@ class ChainedProject:
         request.chain = None
         return True
 
-    def _plain_app(self) -> bool:
+    def _settings(self) -> tuple[Any, ...]:
+        """The values of ``_SETTINGS`` in the app's configuration, read again only when the
+        configuration object, or any of them set on it (``conf.changes``: ``conf.update``,
+        an attribute set), or how many settings were set on it, differs from the last read."""
         conf = self.app.conf
-        if conf.task_protocol != 2 or conf.task_always_eager or conf.task_inherit_parent_priority:
+        changes = conf.changes
+        mark = (len(changes), *(changes.get(name) for name in _SETTINGS))
+        read = self._read
+        if read is not None and read[0] is conf and read[1] == mark:
+            return read[2]
+        values = tuple(conf[name] for name in _SETTINGS)
+        self._read = (conf, mark, values)
+        return values
+
+    def _plain_app(self) -> bool:
+        protocol, eager, inherit_priority, _ = self._settings()
+        if protocol != 2 or eager or inherit_priority:
             return False
         if any(signal.receivers for signal in _PUBLISH_SIGNALS):
             return False
@@ -105,7 +130,7 @@ class ChainedProject:
             reply_to=options.get("reply_to") or self.app.thread_oid,
             time_limit=time_limit,
             soft_time_limit=soft_time_limit,
-            create_sent_event=self.app.conf.task_send_sent_event,
+            create_sent_event=self._settings()[3],
             root_id=request.root_id or parent_id,
             parent_id=parent_id,
             # The rest of the chain: none (the project step is its last).

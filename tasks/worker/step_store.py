@@ -65,12 +65,16 @@ class StepStore:
         value = getattr(self._store, name)
         if name in _ONCE or name.startswith("_") or not callable(value):
             return value
+        # A partial, not a function made with ``functools.wraps`` (an execute step takes two
+        # a READY call; copying the attributes cost some 4 us each).
+        return functools.partial(_retried, self._retry, value)
 
-        @functools.wraps(value)
-        def retried(*args: Any, **kwargs: Any) -> Any:
-            return self._retry(lambda: value(*args, **kwargs))
 
-        return retried
+def _retried(
+    retry: Callable[[Callable[[], Any]], Any], operation: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``operation(*args, **kwargs)`` through ``retry``."""
+    return retry(lambda: operation(*args, **kwargs))
 
 
 def step_store(store: CanonicalStore, retry: Callable[[Callable[[], T]], T]) -> CanonicalStore:

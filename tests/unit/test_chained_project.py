@@ -197,3 +197,28 @@ def test_a_publish_that_fails_leaves_the_chain_to_celery() -> None:
     # the chain to send, its way
     assert not ChainedProject(app, lambda: sender).send(request)
     assert request.chain is chain
+
+
+def test_a_setting_changed_after_a_send_is_read_again(sent_events: list[Any]) -> None:
+    # Given a sender that sent a chained project step once (the settings it reads are kept)
+    app = worker_app()
+    sender = CeleryDispatcher(app)
+    capture_events(app, sender, sent_events)
+    chained = ChainedProject(app, lambda: sender)
+    assert chained.send(execute_request(app))
+    read(app, PROJECTIONS_QUEUE)
+
+    # When a setting it reads changes (another task protocol, then eager tasks), Then the
+    # next send reads it: the chain is left to Celery
+    for name, value in (("task_protocol", 1), ("task_always_eager", True)):
+        request = execute_request(app)
+        chain = request.chain
+        setattr(app.conf, name, value)
+        try:
+            assert not chained.send(request)
+            assert request.chain is chain
+        finally:
+            del app.conf.changes[name]  # back to the app's own value
+
+    # And once it is as it was, the next send goes again
+    assert chained.send(execute_request(app))

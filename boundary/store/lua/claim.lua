@@ -17,27 +17,33 @@
 -- same attempt (the message came back after its worker died) is started again, counted in
 -- "restarts".
 
-local refused = not_projecting(KEYS[1])
-if refused then
-  return {refused}
+-- One read of the fields the checks below look at (not_projecting and attempt_of in
+-- _prelude.lua, from it): fewer commands, the same decisions in the same order.
+local read = redis.call("HMGET", KEYS[1], "status", "attempt", "deadline", "started_at",
+  "tool_name")
+if not read[1] then
+  return {CODE.MISSING}
+end
+if read[1] ~= "PROJECTING" then
+  return {CODE.NOT_PROJECTING}
 end
 if redis.call("HEXISTS", KEYS[1], "raw") == 1 then
   return {CODE.ALREADY_STORED}
 end
-if attempt_of(KEYS[1]) ~= tonumber(ARGV[1]) then
+if tonumber(read[2] or "1") ~= tonumber(ARGV[1]) then
   return {CODE.SUPERSEDED}
 end
 local now = now_ms()
-local deadline = redis.call("HGET", KEYS[1], "deadline")
+local deadline = read[3]
 if deadline and deadline ~= "" and tonumber(deadline) <= now then
   return {CODE.PAST_DEADLINE}
 end
-if redis.call("HEXISTS", KEYS[1], "started_at") == 1 then
+if read[4] then
   redis.call("HINCRBY", KEYS[1], "restarts", 1)
 end
 redis.call("HDEL", KEYS[1], "heartbeat_at", "progress", "progress_message")
 redis.call("HSET", KEYS[1], "started_at", now, "attempt", ARGV[1])
-local tool = redis.call("HGET", KEYS[1], "tool_name")
+local tool = read[5]
 for n = 3, #ARGV - 1, 2 do
   if ARGV[n] == tool then
     redis.call("ZADD", KEYS[2], "XX", now + tonumber(ARGV[n + 1]), ARGV[2])

@@ -61,51 +61,68 @@ end
 
 local now = now_ms()
 
-local current = redis.call("HGET", KEYS[1], "status")
+-- One read of every field this script looks at (the record's own fields do not change
+-- below but for the sealed ones written here): fewer commands, the same decisions.
+local read = redis.call("HMGET", KEYS[1], "status", "created_at", "attempt", "tool_name", "seq",
+  "agent_result", "scope")
+local current = read[1]
 if not current then
   -- Gone (expired): nothing is written, but a pending entry for it is dropped.
   redis.call("ZREM", KEYS[3], ARGV[7])
   unindex_if_done()
   return CODE.MISSING
 end
-if ARGV[11] and ARGV[11] ~= "" and redis.call("HGET", KEYS[1], "created_at") ~= ARGV[11] then
+if ARGV[11] and ARGV[11] ~= "" and read[2] ~= ARGV[11] then
   return CODE.REPLACED
 end
+-- attempt_of (_prelude.lua), from the read above.
+local attempt = tonumber(read[3] or "1")
+local tool = read[4] or ""
 if current ~= "PROJECTING" then
-  local tool = redis.call("HGET", KEYS[1], "tool_name") or ""
-  return {CODE.NOT_PROJECTING, tool, attempt_of(KEYS[1])}
+  return {CODE.NOT_PROJECTING, tool, attempt}
 end
-local stale = fenced(KEYS[1], ARGV[12])
-if stale then
-  return stale
+-- fenced (_prelude.lua), from the read above.
+if ARGV[12] and ARGV[12] ~= "" and attempt ~= tonumber(ARGV[12]) then
+  redis.call("HINCRBY", KEYS[1], "stale_refusals", 1)
+  return CODE.SUPERSEDED
 end
 local late = still_due(KEYS[1], KEYS[3], ARGV[7], ARGV[13], now)
 if late then
   return late
 end
 
-redis.call("HSET", KEYS[1], "status", status, "evidence_status", evidence, "updated_at", now)
+-- One write of the sealed fields (an empty argument writes nothing, as before).
+local fields = {"status", status, "evidence_status", evidence, "updated_at", now}
+local agent_result = read[6]
 if ARGV[3] ~= "" then
-  redis.call("HSET", KEYS[1], "agent_result", ARGV[3])
+  agent_result = ARGV[3]
+  table.insert(fields, "agent_result")
+  table.insert(fields, ARGV[3])
 end
+local scope = read[7]
 if ARGV[4] ~= "" then
-  redis.call("HSET", KEYS[1], "scope", ARGV[4])
+  scope = ARGV[4]
+  table.insert(fields, "scope")
+  table.insert(fields, ARGV[4])
 end
 if code ~= "" then
-  redis.call("HSET", KEYS[1], "error_code", code)
+  table.insert(fields, "error_code")
+  table.insert(fields, code)
 end
 if ARGV[8] and ARGV[8] ~= "" then
-  redis.call("HSET", KEYS[1], "diagnostic", ARGV[8])
+  table.insert(fields, "diagnostic")
+  table.insert(fields, ARGV[8])
 end
 if ARGV[14] and ARGV[14] ~= "" then
-  redis.call("HSET", KEYS[1], "projector_version", ARGV[14])
+  table.insert(fields, "projector_version")
+  table.insert(fields, ARGV[14])
 end
+redis.call("HSET", KEYS[1], unpack(fields))
 
 -- The progress member carries the record's expiry so a reader can tell expired from missing.
 local pttl = redis.call("PTTL", KEYS[1])
 local expires_at = now + pttl
-local seq = redis.call("HGET", KEYS[1], "seq")
-redis.call("ZADD", KEYS[2], seq, ARGV[7] .. ":" .. expires_at)
+redis.call("ZADD", KEYS[2], read[5], ARGV[7] .. ":" .. expires_at)
 redis.call("ZREM", KEYS[3], ARGV[7])
 unindex_if_done()
 -- Counters only on a live budget key: HINCRBY on a missing key would make an immortal one.
@@ -118,9 +135,8 @@ end
 -- Last, once the record says READY/ERROR: the bounded outcome, so a waiter needs no read
 -- (seal_message.py: id, TTL, created_at, attempt, status, evidence, code, scope, result).
 if ARGV[9] and ARGV[9] ~= "" then
-  local sealed = redis.call("HMGET", KEYS[1], "created_at", "agent_result", "scope")
   redis.call("PUBLISH", ARGV[9], table.concat({
-    ARGV[10], pttl, sealed[1] or "", attempt_of(KEYS[1]), status, evidence, code,
-    sealed[3] or "", sealed[2] or ""}, "\n"))
+    ARGV[10], pttl, read[2] or "", attempt, status, evidence, code,
+    scope or "", agent_result or ""}, "\n"))
 end
-return {CODE.OK, redis.call("HGET", KEYS[1], "tool_name") or "", attempt_of(KEYS[1])}
+return {CODE.OK, tool, attempt}
