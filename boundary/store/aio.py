@@ -297,11 +297,10 @@ class AsyncRedisStore:
                         self._read_records.sha,
                         len(record_keys),
                         *record_keys,
-                        *PROGRESS_FIELDS,
                     )
                 except redis.exceptions.NoScriptError:
                     # The server lost its scripts: loaded by the call.
-                    replies = await self._read_records(keys=record_keys, args=PROGRESS_FIELDS)
+                    replies = await self._read_records(keys=record_keys)
         found = found_fields(own, replies)
         return with_in_flight(progress_entries(parsed, found), in_flight, found)
 

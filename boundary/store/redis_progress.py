@@ -11,6 +11,7 @@ fields as read (``ProgressRow``), for a batch of runs' facts built without a mod
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import compress
 from typing import Any
 
 import redis
@@ -125,7 +126,8 @@ class RedisProgress:
                 pipe = self.client.pipeline(transaction=False)
                 for reads in runs:
                     record_keys = [record_key for _, record_key in reads]
-                    pipe.evalsha(script.sha, len(record_keys), *record_keys, *PROGRESS_FIELDS)
+                    # The script holds the field names: only the keys are sent.
+                    pipe.evalsha(script.sha, len(record_keys), *record_keys)
                 replies: list[Any] = pipe.execute(raise_on_error=False)
                 lost = any(isinstance(r, redis.exceptions.NoScriptError) for r in replies)
                 if lost and attempt == 1:
@@ -136,7 +138,8 @@ class RedisProgress:
                 if isinstance(reply, Exception):
                     raise reply
         return {
-            identity: {f: v for f, v in zip(PROGRESS_FIELDS, values, strict=True) if v}
+            # The non-empty fields (a value is a string or None), with no Python loop per field.
+            identity: dict(compress(zip(PROGRESS_FIELDS, values, strict=True), values))
             for reads, run_values in zip(runs, replies, strict=True)
             for (identity, _), values in zip(reads, run_values, strict=True)
         }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
+from boundary.store.codec import PROGRESS_FIELDS
 from boundary.store.codes import ScriptCode
 from boundary.store.scripts import load_script, record_script
 
@@ -43,3 +44,11 @@ def test_every_record_script_has_the_prelude_and_a_header() -> None:
         assert not re.search(r"return \{?-?[0-9]+\b(?!\s*\+)", own.replace("return 1\n", "")), name
         # The time is read through the prelude's now_ms() only.
         assert 'redis.call("TIME")' not in own, name
+
+
+def test_read_records_reads_the_progress_fields_in_their_order() -> None:
+    # The script keeps the field names (a call sends only the keys); replies are zipped with
+    # PROGRESS_FIELDS, so a name missing, added or moved would shift every value.
+    table = re.search(r"local FIELDS = \{(.*?)\n\}", load_script("read_records"), re.S)
+    assert table is not None
+    assert tuple(re.findall(r'"([a-z_0-9]+)"', table[1])) == PROGRESS_FIELDS
