@@ -43,6 +43,9 @@ RETRY_S = 0.1
 NOTIFY_CLIENT_NAME = "tb-seal-notify"
 #: Longest read step of the reader, seconds (it unsubscribes idle channels between steps).
 READ_STEP_S = 0.5
+#: Seal messages a subscribed channel keeps for calls created while it was subscribed
+#: (``SyncSealWatch.cover``), and such calls it remembers: the oldest go first.
+RECENT_MAX = 256
 
 
 class _Wake(threading.Event):
@@ -56,13 +59,18 @@ class _Wake(threading.Event):
 class _Channel:
     """One subscribed (or subscribing) channel and the events of the calls watched on it."""
 
-    __slots__ = ("confirmed", "idle_since", "users", "waiters")
+    __slots__ = ("confirmed", "covered", "idle_since", "recent", "users", "waiters")
 
     def __init__(self) -> None:
         self.confirmed = threading.Event()
         self.waiters: dict[str, set[_Wake]] = {}
         self.users = 0
         self.idle_since: float | None = None
+        #: Calls created while this subscription was confirmed: tool_call_id -> the
+        #: monotonic time it was confirmed by (before the create).
+        self.covered: dict[str, float] = {}
+        #: The last seal message of each covered call received (tool_call_id -> message).
+        self.recent: dict[str, str] = {}
 
 
 def _text(value: Any) -> str:
@@ -121,18 +129,70 @@ class SyncSealNotifier:
     def _join(self, channel: str, tool_call_id: str, event: _Wake) -> _Channel | None:
         """``_acquire`` of a channel already confirmed on a live connection, else ``None``."""
         with self._lock:
-            state = self._channels.get(channel)
-            if (
-                self._pid != os.getpid()
-                or self._conn is None
-                or state is None
-                or not state.confirmed.is_set()
-            ):
+            state = self._live(channel)
+            if state is None:
                 return None
             state.users += 1
             state.idle_since = None
             state.waiters.setdefault(tool_call_id, set()).add(event)
             return state
+
+    def _live(self, channel: str) -> _Channel | None:
+        """Under the lock: the channel's state when confirmed on a live connection."""
+        state = self._channels.get(channel)
+        if (
+            self._pid != os.getpid()
+            or self._conn is None
+            or state is None
+            or not state.confirmed.is_set()
+        ):
+            return None
+        return state
+
+    def _ticket(self, channel: str, tool_call_id: str) -> tuple[_Channel, int, float] | None:
+        """Before a call's create: the channel's subscription, if confirmed and live now
+        (no round trip), with the generation and time it was seen at; ``None`` else."""
+        with self._lock:
+            state = self._live(channel)
+            if state is None:
+                return None
+            # A message of an earlier record under these ids is no message of the new one.
+            state.recent.pop(tool_call_id, None)
+            return state, self.generation, time.monotonic()
+
+    def _cover(self, channel: str, tool_call_id: str, ticket: tuple[_Channel, int, float]) -> None:
+        """After the call was created: its seal messages are kept for a later waiter, if the
+        subscription of ``ticket`` has lasted (same connection) until now."""
+        state, generation, since = ticket
+        with self._lock:
+            if self._live(channel) is not state or self.generation != generation:
+                return
+            state.covered.pop(tool_call_id, None)
+            state.covered[tool_call_id] = since
+            if len(state.covered) > RECENT_MAX:
+                oldest = next(iter(state.covered))
+                del state.covered[oldest]
+                state.recent.pop(oldest, None)
+
+    def _join_covered(
+        self, channel: str, tool_call_id: str, event: _Wake
+    ) -> tuple[_Channel, float] | None:
+        """``_join`` for a call covered on the channel's live subscription: its state and the
+        time its subscription was confirmed by, with ``event`` set when its seal message came
+        already; ``None`` (nothing done) when the call is not covered."""
+        with self._lock:
+            state = self._live(channel)
+            since = None if state is None else state.covered.get(tool_call_id)
+            if state is None or since is None:
+                return None
+            state.users += 1
+            state.idle_since = None
+            state.waiters.setdefault(tool_call_id, set()).add(event)
+            message = state.recent.get(tool_call_id)
+            if message is not None:
+                event.message = message
+                event.set()
+            return state, since
 
     def _release(self, channel: str, state: _Channel, tool_call_id: str, event: _Wake) -> None:
         with self._lock:
@@ -184,7 +244,17 @@ class SyncSealNotifier:
             if state is None:
                 return
             if kind == "message":
-                for event in state.waiters.get(call_of(data), ()):
+                call = call_of(data)
+                if call in state.covered:
+                    # Kept for a waiter that comes later (``SyncSealWatch.join_covered``).
+                    state.recent.pop(call, None)
+                    state.recent[call] = data
+                    if len(state.recent) > RECENT_MAX:
+                        # Its call is no longer covered: a waiter on it reads the record.
+                        oldest = next(iter(state.recent))
+                        del state.recent[oldest]
+                        state.covered.pop(oldest, None)
+                for event in state.waiters.get(call, ()):
                     event.message = data
                     event.set()
             elif kind == "subscribe":
@@ -267,6 +337,32 @@ class SyncSealWatch:
         state = self._notifier._join(self._channel, self._call, self._event)
         self._state = state
         return state is not None
+
+    def ticket(self) -> tuple[_Channel, int, float] | None:
+        """Taken before the call's record is created (no round trip): the run's channel's
+        subscription when confirmed now; hand it to ``cover`` once the record is created."""
+        return self._notifier._ticket(self._channel, self._call)
+
+    def cover(self, ticket: tuple[_Channel, int, float] | None) -> None:
+        """The call's record was created after ``ticket``: while that subscription lasts, its
+        seal message is kept for a waiter that joins later (``join_covered``)."""
+        if ticket is not None:
+            self._notifier._cover(self._channel, self._call, ticket)
+
+    def join_covered(self) -> bool:
+        """Joins the channel's subscription when the call was covered on it (``cover``): no
+        round trip, and no read needed, since none of the record's seal messages can have
+        been missed (one that came already wakes the first ``wait`` at once). False, and
+        nothing done, else."""
+        self._detach()
+        self._event.clear()
+        self._event.message = None
+        self._generation = self._notifier.generation
+        joined = self._notifier._join_covered(self._channel, self._call, self._event)
+        if joined is None:
+            return False
+        self._state, self._attached_at = joined
+        return True
 
     def wait(self, timeout: float | None) -> bool:
         """Waits up to ``timeout`` seconds for the call's seal message. True when woken (a

@@ -290,6 +290,55 @@ def test_a_waiter_woken_by_the_seal_message_does_not_read_the_record_again(
     assert late == outcome and reads == ["ERROR"]
 
 
+def test_an_outcome_after_submit_on_a_watched_run_needs_no_read(
+    store: RedisCanonicalStore, registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a boundary whose dispatcher seals each call once dispatched: a moment later
+    # (READY), or before submit returns (ERROR)
+    class Sealing(_SealWaiting):
+        at_once = False
+
+        def dispatch(self, key: CanonicalKey) -> None:
+            if self.at_once:
+                store.seal_error(key, ErrorCode.TOOL_TIMEOUT)
+            else:
+                threading.Timer(0.1, _ready, args=(store, key)).start()
+
+    register(registry)
+    dispatcher = Sealing()
+    boundary = ToolBoundary(store=store, registry=registry, dispatcher=dispatcher)
+    run = make_run()
+    reads: list[str] = []
+    read = store.get
+
+    def counted(k: CanonicalKey, **kw: object) -> object:
+        got = read(k, **kw)  # type: ignore[arg-type]
+        reads.append(got.status.value if got is not None else "MISSING")
+        return got
+
+    monkeypatch.setattr(store, "get", counted)
+    # The run's first call: nobody watched its channel when it was created, so it is read
+    assert boundary.submit(envelope("s0"), run).accepted
+    assert boundary.outcome(run.run_id, "s0", timeout=LONG_S).status.value == "READY"
+    assert reads == ["PROJECTING", "PROJECTING"]
+    # When the next calls are created while the run's channel is still subscribed
+    reads.clear()
+    assert boundary.submit(envelope("s1"), run).accepted
+    ready = boundary.outcome(run.run_id, "s1", timeout=LONG_S)
+    dispatcher.at_once = True
+    assert boundary.submit(envelope("s2"), run).accepted
+    failed = boundary.outcome(run.run_id, "s2", timeout=LONG_S)
+    # Then each outcome comes from its seal message (held when it came first): no read
+    assert ready.status.value == "READY" and ready.tool_call_id == "s1"
+    assert failed.error_code is ErrorCode.TOOL_TIMEOUT and failed.tool_call_id == "s2"
+    assert reads == []
+    # And a refused call (the same id again) is not taken for the sealed one's new record
+    assert boundary.submit(envelope("s2"), run).outcome.error_code is (  # type: ignore[union-attr]
+        ErrorCode.DUPLICATE_TOOL_CALL
+    )
+    assert boundary.outcome(run.run_id, "s2", timeout=LONG_S) == failed
+
+
 def test_a_project_tasks_async_result_woken_by_the_seal_message_reads_no_more(
     store: RedisCanonicalStore, record_app: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
