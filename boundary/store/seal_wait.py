@@ -8,11 +8,14 @@ channel, or joins its subscription, and returns once Redis confirmed it; the wai
 the record after that,
 never before, so a seal is either seen by that read or delivered as a message.
 
-One reader thread owns the connection: it opens it (so a waiter never blocks on a connect
-to a Redis that does not answer: its confirmation wait is bounded by its own timeout), sends
-the subscriptions asked for meanwhile, reads every reply and sets the events of the waiters
-of each sealed call. Waiters send their SUBSCRIBE themselves under the lock once the
-connection is up (one small write; the reader is the only one that reads).
+One reader thread opens the connection (so a waiter never blocks on a connect to a Redis
+that does not answer: its confirmation wait is bounded by its own timeout) and sends the
+subscriptions asked for meanwhile. One thread at a time reads it: a waiting thread when
+nobody else does (it leads: woken by its seal straight from the socket, as a Celery client
+draining its result backend is, with no hand-off between threads), else the reader thread,
+which reads while any waiter follows; whoever reads sets the events of the waiters of each
+sealed call. Waiters send their SUBSCRIBE themselves under the lock once the connection is
+up (one small write).
 
 A channel nobody watches stays subscribed for ``LINGER_S`` (the next call of the same run
 then needs no round trip to be watched) and is unsubscribed after (checked every
@@ -89,6 +92,12 @@ class SyncSealNotifier:
         self._make_connection = connect
         self._linger_s = linger_s
         self._lock = threading.Lock()
+        #: Held by whoever reads the connection: a waiting thread (``_await``), or the reader.
+        self._reading = threading.Lock()
+        #: The events of the threads waiting for someone else to read for them (``_await``).
+        self._following: list[threading.Event] = []
+        #: Signalled when a thread follows while the connection has no reader.
+        self._need = threading.Condition(self._lock)
         self._conn: Any = None
         self._reader: threading.Thread | None = None
         self._channels: dict[str, _Channel] = {}
@@ -111,6 +120,7 @@ class SyncSealNotifier:
             if self._pid != os.getpid():
                 # A forked child: the parent's connection and reader are not ours.
                 self._pid, self._conn, self._reader, self._channels = os.getpid(), None, None, {}
+                self._reading, self._following = threading.Lock(), []
             state = self._channels.get(channel)
             if state is None:
                 state = self._channels[channel] = _Channel()
@@ -214,6 +224,73 @@ class SyncSealNotifier:
 
     # -- the reader thread --
 
+    def _await(self, event: threading.Event, timeout: float | None) -> bool:
+        """Waits up to ``timeout`` seconds for ``event`` (a watch's wake-up or a channel's
+        confirmation); True when it is set.
+
+        When nobody reads the connection, the waiting thread reads it itself (it leads):
+        the seal message wakes it straight from the socket, with no hand-off from the reader
+        thread; messages for other waiters are handed to them on the way. Else it follows:
+        the thread that reads (a leading waiter, or the reader thread, which reads while
+        anyone follows) sets its event. A leader that is done hands reading on to the
+        reader thread when others follow."""
+        if event.is_set():
+            return True
+        give_up = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            # Counted before trying to lead: a leader that lets go after this sees it.
+            self._following.append(event)
+        try:
+            if self._reading.acquire(blocking=False):
+                with self._lock:
+                    self._following.remove(event)
+                try:
+                    self._lead(event, give_up)
+                finally:
+                    self._reading.release()
+                    with self._lock:
+                        self._following.append(event)
+                        if self._needy():
+                            self._need.notify()
+            if event.is_set():
+                return True
+            left = None if give_up is None else give_up - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            with self._lock:
+                self._need.notify()
+            return event.wait(left)
+        finally:
+            with self._lock:
+                self._following.remove(event)
+
+    def _needy(self) -> bool:
+        """Under the lock: whether a following thread still waits for its event."""
+        return any(not event.is_set() for event in self._following)
+
+    def _still_needy(self) -> bool:
+        with self._lock:
+            return self._needy()
+
+    def _lead(self, event: threading.Event, give_up: float | None) -> None:
+        """Reads the connection (``_reading`` held) until ``event`` is set, ``give_up`` (a
+        monotonic time) passes, or the connection is not there to read (not open yet, or
+        gone): then the caller follows for the time left."""
+        conn = self._conn
+        if conn is None or self._pid != os.getpid():
+            return
+        try:
+            while not event.is_set() and self._conn is conn:
+                step = (
+                    READ_STEP_S if give_up is None else min(give_up - time.monotonic(), READ_STEP_S)
+                )
+                if step <= 0:
+                    return
+                if conn.can_read(timeout=step):
+                    self._on_reply(conn.read_response(disconnect_on_error=False, push_request=True))
+        except Exception as exc:
+            self._failed(conn, exc)
+
     def _read_loop(self) -> None:
         conn = None
         try:
@@ -225,13 +302,28 @@ class SyncSealNotifier:
                     self._send("SUBSCRIBE", channel)
             tidied = time.monotonic()
             while True:
-                if conn.can_read(timeout=READ_STEP_S):
-                    self._on_reply(conn.read_response(disconnect_on_error=False, push_request=True))
+                with self._lock:
+                    if self._conn is conn and not self._needy():
+                        # Nobody needs a reader: the waiters lead. Drain and tidy now and then.
+                        self._need.wait(READ_STEP_S)
+                    if self._conn is not conn:
+                        return  # failed (seen by a leader) or closed
+                with self._reading:
+                    if self._conn is not conn:
+                        return
+                    # Read while a follower waits, else only what came meanwhile: a waiter
+                    # that comes next then leads.
+                    while conn.can_read(timeout=READ_STEP_S if self._still_needy() else 0):
+                        self._on_reply(
+                            conn.read_response(disconnect_on_error=False, push_request=True)
+                        )
+                        if time.monotonic() - tidied >= READ_STEP_S:
+                            break
                     if time.monotonic() - tidied < READ_STEP_S:
                         continue
-                tidied = time.monotonic()
-                if self._tidy(conn):
-                    return
+                    tidied = time.monotonic()
+                    if self._tidy(conn):
+                        return
         except Exception as exc:
             self._failed(conn, exc)
 
@@ -286,8 +378,11 @@ class SyncSealNotifier:
     def _failed(self, conn: Any, exc: Exception) -> None:
         """The connection broke (or never opened): wake everyone to re-read their records;
         the next watch starts afresh."""
-        logger.warning("seal notification connection lost (%s)", type(exc).__name__)
         with self._lock:
+            if self._conn is not None and self._conn is not conn:
+                return  # a newer connection: this one's failure was dealt with already
+            logger.warning("seal notification connection lost (%s)", type(exc).__name__)
+            self._need.notify_all()
             self.generation += 1
             for state in self._channels.values():
                 state.confirmed.set()
@@ -324,7 +419,7 @@ class SyncSealWatch:
         self._generation = self._notifier.generation
         state = self._notifier._acquire(self._channel, self._call, self._event)
         self._state = state
-        return state.confirmed.wait(timeout)
+        return self._notifier._await(state.confirmed, timeout)
 
     def join_subscribed(self) -> bool:
         """Joins the channel's subscription when Redis has already confirmed it (a waiter on
@@ -375,7 +470,7 @@ class SyncSealWatch:
                 time.sleep(pause if timeout is None else min(pause, max(timeout, 0.0)))
             self.attach(timeout)
             return True
-        woken = self._event.wait(timeout)
+        woken = self._notifier._await(self._event, timeout)
         self._event.clear()
         return woken
 

@@ -101,6 +101,54 @@ def test_waiters_on_one_run_share_one_subscription_and_an_idle_one_is_dropped(
     assert _subscribers(redis_client, channel) == 0
 
 
+def test_a_lone_waiter_reads_its_seal_itself_and_many_waiters_are_all_woken(
+    store: RedisCanonicalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notifier = _notifier(store, linger_s=LONG_S)
+    readers: dict[str, str] = {}  # tool_call_id -> the thread that read its seal message
+    on_reply = notifier._on_reply
+
+    def recorded(reply: object) -> None:
+        if isinstance(reply, list) and len(reply) >= 3 and reply[0] in (b"message", "message"):
+            data = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
+            readers[data.split("\n", 1)[0]] = threading.current_thread().name
+        on_reply(reply)
+
+    monkeypatch.setattr(notifier, "_on_reply", recorded)
+    key = create_projecting(store, "lone")
+    channel = keys.sealed_channel(key.run_id)
+    # Given one waiter on the run's channel
+    watch = notifier.watch(channel, "lone")
+    with watch:
+        assert watch.attach(LONG_S)
+        threading.Timer(0.1, _ready, args=(store, key)).start()
+        # Then its seal message is read on its own thread (no hand-off from the reader)
+        assert watch.wait(LONG_S)
+    assert readers["lone"] == threading.current_thread().name
+    # And when eight threads wait at once on calls of one run, sealed in reverse order
+    calls = [f"m{n}" for n in range(8)]
+    keys_ = [create_projecting(store, call) for call in calls]
+    woken: dict[str, bool] = {}
+    attached = threading.Barrier(len(calls) + 1)
+
+    def wait_for(call: str) -> None:
+        with notifier.watch(channel, call) as mine:
+            mine.attach(LONG_S)
+            attached.wait(LONG_S)
+            woken[call] = mine.wait(LONG_S) and mine.sealed() is not None
+
+    threads = [threading.Thread(target=wait_for, args=(call,)) for call in calls]
+    for thread in threads:
+        thread.start()
+    attached.wait(LONG_S)
+    for k in reversed(keys_):
+        _ready(store, k)
+    for thread in threads:
+        thread.join(LONG_S)
+    # Then every one was woken by its own seal message
+    assert woken == dict.fromkeys(calls, True)
+
+
 def test_a_lost_connection_wakes_the_waiters_and_a_later_seal_still_wakes_them(
     store: RedisCanonicalStore, redis_client: redis.Redis
 ) -> None:
