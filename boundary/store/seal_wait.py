@@ -49,6 +49,8 @@ READ_STEP_S = 0.5
 #: Seal messages a subscribed channel keeps for calls created while it was subscribed
 #: (``SyncSealWatch.cover``), and such calls it remembers: the oldest go first.
 RECENT_MAX = 256
+#: Characters of the seal messages a channel keeps, at most (the oldest go first).
+RECENT_MAX_CHARS = 1 << 20
 
 
 class _Wake(threading.Event):
@@ -62,7 +64,7 @@ class _Wake(threading.Event):
 class _Channel:
     """One subscribed (or subscribing) channel and the events of the calls watched on it."""
 
-    __slots__ = ("confirmed", "covered", "idle_since", "recent", "users", "waiters")
+    __slots__ = ("confirmed", "covered", "idle_since", "recent", "recent_chars", "users", "waiters")
 
     def __init__(self) -> None:
         self.confirmed = threading.Event()
@@ -74,6 +76,23 @@ class _Channel:
         self.covered: dict[str, float] = {}
         #: The last seal message of each covered call received (tool_call_id -> message).
         self.recent: dict[str, str] = {}
+        self.recent_chars = 0
+
+    def keep(self, call: str, message: str) -> None:
+        """Keeps a covered call's seal message; the oldest kept go (and their calls are no
+        longer covered: a waiter on them reads the record) past the count or size cap."""
+        self.drop(call)
+        self.recent[call] = message
+        self.recent_chars += len(message)
+        while len(self.recent) > RECENT_MAX or self.recent_chars > RECENT_MAX_CHARS:
+            oldest = next(iter(self.recent))
+            self.drop(oldest)
+            self.covered.pop(oldest, None)
+
+    def drop(self, call: str) -> None:
+        message = self.recent.pop(call, None)
+        if message is not None:
+            self.recent_chars -= len(message)
 
 
 def _text(value: Any) -> str:
@@ -167,7 +186,7 @@ class SyncSealNotifier:
             if state is None:
                 return None
             # A message of an earlier record under these ids is no message of the new one.
-            state.recent.pop(tool_call_id, None)
+            state.drop(tool_call_id)
             return state, self.generation, time.monotonic()
 
     def _cover(self, channel: str, tool_call_id: str, ticket: tuple[_Channel, int, float]) -> None:
@@ -182,7 +201,7 @@ class SyncSealNotifier:
             if len(state.covered) > RECENT_MAX:
                 oldest = next(iter(state.covered))
                 del state.covered[oldest]
-                state.recent.pop(oldest, None)
+                state.drop(oldest)
 
     def _join_covered(
         self, channel: str, tool_call_id: str, event: _Wake
@@ -339,13 +358,7 @@ class SyncSealNotifier:
                 call = call_of(data)
                 if call in state.covered:
                     # Kept for a waiter that comes later (``SyncSealWatch.join_covered``).
-                    state.recent.pop(call, None)
-                    state.recent[call] = data
-                    if len(state.recent) > RECENT_MAX:
-                        # Its call is no longer covered: a waiter on it reads the record.
-                        oldest = next(iter(state.recent))
-                        del state.recent[oldest]
-                        state.covered.pop(oldest, None)
+                    state.keep(call, data)
                 for event in state.waiters.get(call, ()):
                     event.message = data
                     event.set()
