@@ -53,9 +53,19 @@ logger = logging.getLogger(__name__)
 
 @telemetry.traced_submit
 def submit(
-    terms: CallTerms, envelope: ToolCallEnvelope, run: RunContext, *, replay: bool = False
+    terms: CallTerms,
+    envelope: ToolCallEnvelope,
+    run: RunContext,
+    *,
+    replay: bool = False,
+    watched: bool = False,
 ) -> Submission:
-    """``ToolBoundary.submit``: preflight, create the PROJECTING record, dispatch."""
+    """``ToolBoundary.submit``: preflight, create the PROJECTING record, dispatch.
+
+    When the run's seal channel is subscribed already in this process (a call of the run
+    waited on a moment ago), the new record is covered on it (``SyncSealWatch.cover``): a
+    later ``outcome`` needs no read first. ``watched``: the caller (``invoke``) watches the
+    call itself."""
     prepared = prepare(terms, envelope, run)
     if isinstance(prepared, Submission):
         return prepared
@@ -65,6 +75,8 @@ def submit(
         limits = flow.limits(prepared.create["tool_name"])
         if limits is not None:
             return _submit_limited(terms, flow, limits, prepared, envelope, run=run, replay=replay)
+    watch = None if watched else seal_watch(terms, key)
+    ticket = None if watch is None else watch.ticket()
     try:
         created = terms.store.create(key, **prepared.create)
     except StoreError:
@@ -72,6 +84,9 @@ def submit(
     refused = refuse(envelope, key, created, replay=replay)
     if refused is not None:
         return refused
+    if ticket is not None:
+        assert watch is not None
+        watch.cover(ticket)
     try:
         dispatch_call(terms.dispatcher, key, prepared.queue)
     except Exception:
@@ -193,7 +208,7 @@ def invoke(
         # subscription, so no read is needed before the first wait.
         left = time_left(give_up)
         confirmed = watch.attach(wait_slice(terms, left))
-        submission = submit(terms, envelope, run, replay=replay)
+        submission = submit(terms, envelope, run, replay=replay, watched=True)
         if submission.outcome is not None:
             return submission.outcome
         assert submission.key is not None
@@ -239,6 +254,10 @@ def await_outcome(
         # The dispatcher's own wait would watch the record's seal: watch it here and save
         # the reads around that wait.
         with watch:
+            if watch.join_covered():
+                # Created while the run's channel was subscribed here: no seal of it can
+                # have been missed (one that came is held), so no read before the wait.
+                return await_seal(terms, key, give_up, watch, read_first=False)
             if watch.join_subscribed():
                 # The run's channel is subscribed already (no round trip): read after it.
                 return await_seal(terms, key, give_up, watch, read_first=True)

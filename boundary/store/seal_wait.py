@@ -8,11 +8,14 @@ channel, or joins its subscription, and returns once Redis confirmed it; the wai
 the record after that,
 never before, so a seal is either seen by that read or delivered as a message.
 
-One reader thread owns the connection: it opens it (so a waiter never blocks on a connect
-to a Redis that does not answer: its confirmation wait is bounded by its own timeout), sends
-the subscriptions asked for meanwhile, reads every reply and sets the events of the waiters
-of each sealed call. Waiters send their SUBSCRIBE themselves under the lock once the
-connection is up (one small write; the reader is the only one that reads).
+One reader thread opens the connection (so a waiter never blocks on a connect to a Redis
+that does not answer: its confirmation wait is bounded by its own timeout) and sends the
+subscriptions asked for meanwhile. One thread at a time reads it: a waiting thread when
+nobody else does (it leads: woken by its seal straight from the socket, as a Celery client
+draining its result backend is, with no hand-off between threads), else the reader thread,
+which reads while any waiter follows; whoever reads sets the events of the waiters of each
+sealed call. Waiters send their SUBSCRIBE themselves under the lock once the connection is
+up (one small write).
 
 A channel nobody watches stays subscribed for ``LINGER_S`` (the next call of the same run
 then needs no round trip to be watched) and is unsubscribed after (checked every
@@ -43,6 +46,11 @@ RETRY_S = 0.1
 NOTIFY_CLIENT_NAME = "tb-seal-notify"
 #: Longest read step of the reader, seconds (it unsubscribes idle channels between steps).
 READ_STEP_S = 0.5
+#: Seal messages a subscribed channel keeps for calls created while it was subscribed
+#: (``SyncSealWatch.cover``), and such calls it remembers: the oldest go first.
+RECENT_MAX = 256
+#: Characters of the seal messages a channel keeps, at most (the oldest go first).
+RECENT_MAX_CHARS = 1 << 20
 
 
 class _Wake(threading.Event):
@@ -56,13 +64,35 @@ class _Wake(threading.Event):
 class _Channel:
     """One subscribed (or subscribing) channel and the events of the calls watched on it."""
 
-    __slots__ = ("confirmed", "idle_since", "users", "waiters")
+    __slots__ = ("confirmed", "covered", "idle_since", "recent", "recent_chars", "users", "waiters")
 
     def __init__(self) -> None:
         self.confirmed = threading.Event()
         self.waiters: dict[str, set[_Wake]] = {}
         self.users = 0
         self.idle_since: float | None = None
+        #: Calls created while this subscription was confirmed: tool_call_id -> the
+        #: monotonic time it was confirmed by (before the create).
+        self.covered: dict[str, float] = {}
+        #: The last seal message of each covered call received (tool_call_id -> message).
+        self.recent: dict[str, str] = {}
+        self.recent_chars = 0
+
+    def keep(self, call: str, message: str) -> None:
+        """Keeps a covered call's seal message; the oldest kept go (and their calls are no
+        longer covered: a waiter on them reads the record) past the count or size cap."""
+        self.drop(call)
+        self.recent[call] = message
+        self.recent_chars += len(message)
+        while len(self.recent) > RECENT_MAX or self.recent_chars > RECENT_MAX_CHARS:
+            oldest = next(iter(self.recent))
+            self.drop(oldest)
+            self.covered.pop(oldest, None)
+
+    def drop(self, call: str) -> None:
+        message = self.recent.pop(call, None)
+        if message is not None:
+            self.recent_chars -= len(message)
 
 
 def _text(value: Any) -> str:
@@ -81,6 +111,12 @@ class SyncSealNotifier:
         self._make_connection = connect
         self._linger_s = linger_s
         self._lock = threading.Lock()
+        #: Held by whoever reads the connection: a waiting thread (``_await``), or the reader.
+        self._reading = threading.Lock()
+        #: The events of the threads waiting for someone else to read for them (``_await``).
+        self._following: list[threading.Event] = []
+        #: Signalled when a thread follows while the connection has no reader.
+        self._need = threading.Condition(self._lock)
         self._conn: Any = None
         self._reader: threading.Thread | None = None
         self._channels: dict[str, _Channel] = {}
@@ -103,6 +139,7 @@ class SyncSealNotifier:
             if self._pid != os.getpid():
                 # A forked child: the parent's connection and reader are not ours.
                 self._pid, self._conn, self._reader, self._channels = os.getpid(), None, None, {}
+                self._reading, self._following = threading.Lock(), []
             state = self._channels.get(channel)
             if state is None:
                 state = self._channels[channel] = _Channel()
@@ -121,18 +158,70 @@ class SyncSealNotifier:
     def _join(self, channel: str, tool_call_id: str, event: _Wake) -> _Channel | None:
         """``_acquire`` of a channel already confirmed on a live connection, else ``None``."""
         with self._lock:
-            state = self._channels.get(channel)
-            if (
-                self._pid != os.getpid()
-                or self._conn is None
-                or state is None
-                or not state.confirmed.is_set()
-            ):
+            state = self._live(channel)
+            if state is None:
                 return None
             state.users += 1
             state.idle_since = None
             state.waiters.setdefault(tool_call_id, set()).add(event)
             return state
+
+    def _live(self, channel: str) -> _Channel | None:
+        """Under the lock: the channel's state when confirmed on a live connection."""
+        state = self._channels.get(channel)
+        if (
+            self._pid != os.getpid()
+            or self._conn is None
+            or state is None
+            or not state.confirmed.is_set()
+        ):
+            return None
+        return state
+
+    def _ticket(self, channel: str, tool_call_id: str) -> tuple[_Channel, int, float] | None:
+        """Before a call's create: the channel's subscription, if confirmed and live now
+        (no round trip), with the generation and time it was seen at; ``None`` else."""
+        with self._lock:
+            state = self._live(channel)
+            if state is None:
+                return None
+            # A message of an earlier record under these ids is no message of the new one.
+            state.drop(tool_call_id)
+            return state, self.generation, time.monotonic()
+
+    def _cover(self, channel: str, tool_call_id: str, ticket: tuple[_Channel, int, float]) -> None:
+        """After the call was created: its seal messages are kept for a later waiter, if the
+        subscription of ``ticket`` has lasted (same connection) until now."""
+        state, generation, since = ticket
+        with self._lock:
+            if self._live(channel) is not state or self.generation != generation:
+                return
+            state.covered.pop(tool_call_id, None)
+            state.covered[tool_call_id] = since
+            if len(state.covered) > RECENT_MAX:
+                oldest = next(iter(state.covered))
+                del state.covered[oldest]
+                state.drop(oldest)
+
+    def _join_covered(
+        self, channel: str, tool_call_id: str, event: _Wake
+    ) -> tuple[_Channel, float] | None:
+        """``_join`` for a call covered on the channel's live subscription: its state and the
+        time its subscription was confirmed by, with ``event`` set when its seal message came
+        already; ``None`` (nothing done) when the call is not covered."""
+        with self._lock:
+            state = self._live(channel)
+            since = None if state is None else state.covered.get(tool_call_id)
+            if state is None or since is None:
+                return None
+            state.users += 1
+            state.idle_since = None
+            state.waiters.setdefault(tool_call_id, set()).add(event)
+            message = state.recent.get(tool_call_id)
+            if message is not None:
+                event.message = message
+                event.set()
+            return state, since
 
     def _release(self, channel: str, state: _Channel, tool_call_id: str, event: _Wake) -> None:
         with self._lock:
@@ -154,6 +243,73 @@ class SyncSealNotifier:
 
     # -- the reader thread --
 
+    def _await(self, event: threading.Event, timeout: float | None) -> bool:
+        """Waits up to ``timeout`` seconds for ``event`` (a watch's wake-up or a channel's
+        confirmation); True when it is set.
+
+        When nobody reads the connection, the waiting thread reads it itself (it leads):
+        the seal message wakes it straight from the socket, with no hand-off from the reader
+        thread; messages for other waiters are handed to them on the way. Else it follows:
+        the thread that reads (a leading waiter, or the reader thread, which reads while
+        anyone follows) sets its event. A leader that is done hands reading on to the
+        reader thread when others follow."""
+        if event.is_set():
+            return True
+        give_up = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            # Counted before trying to lead: a leader that lets go after this sees it.
+            self._following.append(event)
+        try:
+            if self._reading.acquire(blocking=False):
+                with self._lock:
+                    self._following.remove(event)
+                try:
+                    self._lead(event, give_up)
+                finally:
+                    self._reading.release()
+                    with self._lock:
+                        self._following.append(event)
+                        if self._needy():
+                            self._need.notify()
+            if event.is_set():
+                return True
+            left = None if give_up is None else give_up - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            with self._lock:
+                self._need.notify()
+            return event.wait(left)
+        finally:
+            with self._lock:
+                self._following.remove(event)
+
+    def _needy(self) -> bool:
+        """Under the lock: whether a following thread still waits for its event."""
+        return any(not event.is_set() for event in self._following)
+
+    def _still_needy(self) -> bool:
+        with self._lock:
+            return self._needy()
+
+    def _lead(self, event: threading.Event, give_up: float | None) -> None:
+        """Reads the connection (``_reading`` held) until ``event`` is set, ``give_up`` (a
+        monotonic time) passes, or the connection is not there to read (not open yet, or
+        gone): then the caller follows for the time left."""
+        conn = self._conn
+        if conn is None or self._pid != os.getpid():
+            return
+        try:
+            while not event.is_set() and self._conn is conn:
+                step = (
+                    READ_STEP_S if give_up is None else min(give_up - time.monotonic(), READ_STEP_S)
+                )
+                if step <= 0:
+                    return
+                if conn.can_read(timeout=step):
+                    self._on_reply(conn.read_response(disconnect_on_error=False, push_request=True))
+        except Exception as exc:
+            self._failed(conn, exc)
+
     def _read_loop(self) -> None:
         conn = None
         try:
@@ -165,13 +321,28 @@ class SyncSealNotifier:
                     self._send("SUBSCRIBE", channel)
             tidied = time.monotonic()
             while True:
-                if conn.can_read(timeout=READ_STEP_S):
-                    self._on_reply(conn.read_response(disconnect_on_error=False, push_request=True))
+                with self._lock:
+                    if self._conn is conn and not self._needy():
+                        # Nobody needs a reader: the waiters lead. Drain and tidy now and then.
+                        self._need.wait(READ_STEP_S)
+                    if self._conn is not conn:
+                        return  # failed (seen by a leader) or closed
+                with self._reading:
+                    if self._conn is not conn:
+                        return
+                    # Read while a follower waits, else only what came meanwhile: a waiter
+                    # that comes next then leads.
+                    while conn.can_read(timeout=READ_STEP_S if self._still_needy() else 0):
+                        self._on_reply(
+                            conn.read_response(disconnect_on_error=False, push_request=True)
+                        )
+                        if time.monotonic() - tidied >= READ_STEP_S:
+                            break
                     if time.monotonic() - tidied < READ_STEP_S:
                         continue
-                tidied = time.monotonic()
-                if self._tidy(conn):
-                    return
+                    tidied = time.monotonic()
+                    if self._tidy(conn):
+                        return
         except Exception as exc:
             self._failed(conn, exc)
 
@@ -184,7 +355,11 @@ class SyncSealNotifier:
             if state is None:
                 return
             if kind == "message":
-                for event in state.waiters.get(call_of(data), ()):
+                call = call_of(data)
+                if call in state.covered:
+                    # Kept for a waiter that comes later (``SyncSealWatch.join_covered``).
+                    state.keep(call, data)
+                for event in state.waiters.get(call, ()):
                     event.message = data
                     event.set()
             elif kind == "subscribe":
@@ -216,8 +391,11 @@ class SyncSealNotifier:
     def _failed(self, conn: Any, exc: Exception) -> None:
         """The connection broke (or never opened): wake everyone to re-read their records;
         the next watch starts afresh."""
-        logger.warning("seal notification connection lost (%s)", type(exc).__name__)
         with self._lock:
+            if self._conn is not None and self._conn is not conn:
+                return  # a newer connection: this one's failure was dealt with already
+            logger.warning("seal notification connection lost (%s)", type(exc).__name__)
+            self._need.notify_all()
             self.generation += 1
             for state in self._channels.values():
                 state.confirmed.set()
@@ -254,7 +432,7 @@ class SyncSealWatch:
         self._generation = self._notifier.generation
         state = self._notifier._acquire(self._channel, self._call, self._event)
         self._state = state
-        return state.confirmed.wait(timeout)
+        return self._notifier._await(state.confirmed, timeout)
 
     def join_subscribed(self) -> bool:
         """Joins the channel's subscription when Redis has already confirmed it (a waiter on
@@ -268,6 +446,32 @@ class SyncSealWatch:
         self._state = state
         return state is not None
 
+    def ticket(self) -> tuple[_Channel, int, float] | None:
+        """Taken before the call's record is created (no round trip): the run's channel's
+        subscription when confirmed now; hand it to ``cover`` once the record is created."""
+        return self._notifier._ticket(self._channel, self._call)
+
+    def cover(self, ticket: tuple[_Channel, int, float] | None) -> None:
+        """The call's record was created after ``ticket``: while that subscription lasts, its
+        seal message is kept for a waiter that joins later (``join_covered``)."""
+        if ticket is not None:
+            self._notifier._cover(self._channel, self._call, ticket)
+
+    def join_covered(self) -> bool:
+        """Joins the channel's subscription when the call was covered on it (``cover``): no
+        round trip, and no read needed, since none of the record's seal messages can have
+        been missed (one that came already wakes the first ``wait`` at once). False, and
+        nothing done, else."""
+        self._detach()
+        self._event.clear()
+        self._event.message = None
+        self._generation = self._notifier.generation
+        joined = self._notifier._join_covered(self._channel, self._call, self._event)
+        if joined is None:
+            return False
+        self._state, self._attached_at = joined
+        return True
+
     def wait(self, timeout: float | None) -> bool:
         """Waits up to ``timeout`` seconds for the call's seal message. True when woken (a
         seal, or a lost connection): re-read the record either way. False on time."""
@@ -279,7 +483,7 @@ class SyncSealWatch:
                 time.sleep(pause if timeout is None else min(pause, max(timeout, 0.0)))
             self.attach(timeout)
             return True
-        woken = self._event.wait(timeout)
+        woken = self._notifier._await(self._event, timeout)
         self._event.clear()
         return woken
 

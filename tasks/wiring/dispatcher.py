@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
+from kombu.entity import Queue
 
 from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
 from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
@@ -40,6 +41,22 @@ def _drain_until_ready(backend: Any, result: Any, timeout: float | None) -> bool
         with contextlib.suppress(TimeoutError):
             consumer.drain_events(timeout=left)
     return True
+
+
+#: kombu's cache key of a declared queue (``hash(Queue)``), by the queue's name.
+_queue_idents: dict[str, int] = {}
+
+
+def _declare(producer: Any, queue: str) -> list[Any] | None:
+    """What a send declares: nothing (``[]``) once the producer's connection has declared
+    ``queue`` (kombu's cache of declared entities, per connection, holds it), which is when
+    kombu would skip it anyway, but after binding a copy of the queue, its exchange and
+    binding for every message; else ``None``, so Celery declares it as usual (cached)."""
+    ident = _queue_idents.get(queue)
+    if ident is None:
+        ident = _queue_idents[queue] = hash(Queue(queue))
+    declared = getattr(producer.connection, "declared_entities", None)
+    return [] if declared is not None and ident in declared else None
 
 
 class _Origin(NamedTuple):
@@ -172,28 +189,30 @@ class CeleryDispatcher:
         # The execute task as ``app`` knows it: its time limits go into each message.
         execute = self.app.tasks.get(EXECUTE)
         try:
-            self.publisher.send_task(
-                EXECUTE,
-                args=ids,
-                kwargs=kwargs,
-                task_id=execute_id,
-                root_id=execute_id,
-                queue=queue,
-                countdown=countdown_s or None,
-                # The waiting app's id and task options (time limits), as the canvas would
-                # set them: the publisher only sends.
-                reply_to=reply_to,
-                time_limit=getattr(execute, "time_limit", None),
-                soft_time_limit=getattr(execute, "soft_time_limit", None),
-                argsrepr=argsrepr,
-                kwargsrepr=repr(kwargs),
-                # The execute task's own option: its result is never stored nor awaited.
-                ignore_result=True,
-                chain=[project],
-                headers=headers or None,
-                event_dispatcher=self.sent_events if events is None else events,
-                producer=producer,
-            )
+            with self.publisher.producer_or_acquire(producer) as held:
+                self.publisher.send_task(
+                    EXECUTE,
+                    args=ids,
+                    kwargs=kwargs,
+                    task_id=execute_id,
+                    root_id=execute_id,
+                    queue=queue,
+                    countdown=countdown_s or None,
+                    # The waiting app's id and task options (time limits), as the canvas
+                    # would set them: the publisher only sends.
+                    reply_to=reply_to,
+                    time_limit=getattr(execute, "time_limit", None),
+                    soft_time_limit=getattr(execute, "soft_time_limit", None),
+                    argsrepr=argsrepr,
+                    kwargsrepr=repr(kwargs),
+                    # The execute task's own option: its result is never stored nor awaited.
+                    ignore_result=True,
+                    chain=[project],
+                    headers=headers or None,
+                    event_dispatcher=self.sent_events if events is None else events,
+                    producer=held,
+                    declare=_declare(held, queue),
+                )
         except Exception:
             # kombu's errors name the broker URL: none of it goes further.
             raise DispatchError() from None

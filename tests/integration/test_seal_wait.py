@@ -101,6 +101,54 @@ def test_waiters_on_one_run_share_one_subscription_and_an_idle_one_is_dropped(
     assert _subscribers(redis_client, channel) == 0
 
 
+def test_a_lone_waiter_reads_its_seal_itself_and_many_waiters_are_all_woken(
+    store: RedisCanonicalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notifier = _notifier(store, linger_s=LONG_S)
+    readers: dict[str, str] = {}  # tool_call_id -> the thread that read its seal message
+    on_reply = notifier._on_reply
+
+    def recorded(reply: object) -> None:
+        if isinstance(reply, list) and len(reply) >= 3 and reply[0] in (b"message", "message"):
+            data = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
+            readers[data.split("\n", 1)[0]] = threading.current_thread().name
+        on_reply(reply)
+
+    monkeypatch.setattr(notifier, "_on_reply", recorded)
+    key = create_projecting(store, "lone")
+    channel = keys.sealed_channel(key.run_id)
+    # Given one waiter on the run's channel
+    watch = notifier.watch(channel, "lone")
+    with watch:
+        assert watch.attach(LONG_S)
+        threading.Timer(0.1, _ready, args=(store, key)).start()
+        # Then its seal message is read on its own thread (no hand-off from the reader)
+        assert watch.wait(LONG_S)
+    assert readers["lone"] == threading.current_thread().name
+    # And when eight threads wait at once on calls of one run, sealed in reverse order
+    calls = [f"m{n}" for n in range(8)]
+    keys_ = [create_projecting(store, call) for call in calls]
+    woken: dict[str, bool] = {}
+    attached = threading.Barrier(len(calls) + 1)
+
+    def wait_for(call: str) -> None:
+        with notifier.watch(channel, call) as mine:
+            mine.attach(LONG_S)
+            attached.wait(LONG_S)
+            woken[call] = mine.wait(LONG_S) and mine.sealed() is not None
+
+    threads = [threading.Thread(target=wait_for, args=(call,)) for call in calls]
+    for thread in threads:
+        thread.start()
+    attached.wait(LONG_S)
+    for k in reversed(keys_):
+        _ready(store, k)
+    for thread in threads:
+        thread.join(LONG_S)
+    # Then every one was woken by its own seal message
+    assert woken == dict.fromkeys(calls, True)
+
+
 def test_a_lost_connection_wakes_the_waiters_and_a_later_seal_still_wakes_them(
     store: RedisCanonicalStore, redis_client: redis.Redis
 ) -> None:
@@ -290,6 +338,55 @@ def test_a_waiter_woken_by_the_seal_message_does_not_read_the_record_again(
     assert late == outcome and reads == ["ERROR"]
 
 
+def test_an_outcome_after_submit_on_a_watched_run_needs_no_read(
+    store: RedisCanonicalStore, registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a boundary whose dispatcher seals each call once dispatched: a moment later
+    # (READY), or before submit returns (ERROR)
+    class Sealing(_SealWaiting):
+        at_once = False
+
+        def dispatch(self, key: CanonicalKey) -> None:
+            if self.at_once:
+                store.seal_error(key, ErrorCode.TOOL_TIMEOUT)
+            else:
+                threading.Timer(0.1, _ready, args=(store, key)).start()
+
+    register(registry)
+    dispatcher = Sealing()
+    boundary = ToolBoundary(store=store, registry=registry, dispatcher=dispatcher)
+    run = make_run()
+    reads: list[str] = []
+    read = store.get
+
+    def counted(k: CanonicalKey, **kw: object) -> object:
+        got = read(k, **kw)  # type: ignore[arg-type]
+        reads.append(got.status.value if got is not None else "MISSING")
+        return got
+
+    monkeypatch.setattr(store, "get", counted)
+    # The run's first call: nobody watched its channel when it was created, so it is read
+    assert boundary.submit(envelope("s0"), run).accepted
+    assert boundary.outcome(run.run_id, "s0", timeout=LONG_S).status.value == "READY"
+    assert reads == ["PROJECTING", "PROJECTING"]
+    # When the next calls are created while the run's channel is still subscribed
+    reads.clear()
+    assert boundary.submit(envelope("s1"), run).accepted
+    ready = boundary.outcome(run.run_id, "s1", timeout=LONG_S)
+    dispatcher.at_once = True
+    assert boundary.submit(envelope("s2"), run).accepted
+    failed = boundary.outcome(run.run_id, "s2", timeout=LONG_S)
+    # Then each outcome comes from its seal message (held when it came first): no read
+    assert ready.status.value == "READY" and ready.tool_call_id == "s1"
+    assert failed.error_code is ErrorCode.TOOL_TIMEOUT and failed.tool_call_id == "s2"
+    assert reads == []
+    # And a refused call (the same id again) is not taken for the sealed one's new record
+    assert boundary.submit(envelope("s2"), run).outcome.error_code is (  # type: ignore[union-attr]
+        ErrorCode.DUPLICATE_TOOL_CALL
+    )
+    assert boundary.outcome(run.run_id, "s2", timeout=LONG_S) == failed
+
+
 def test_a_project_tasks_async_result_woken_by_the_seal_message_reads_no_more(
     store: RedisCanonicalStore, record_app: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -309,3 +406,19 @@ def test_a_project_tasks_async_result_woken_by_the_seal_message_reads_no_more(
     # The seal message's outcome, with no read after it
     assert value["status"] == "READY" and value["tool_call_id"] == "c1"
     assert seen and set(seen) == {"PROJECTING"}
+
+
+def test_a_channel_keeps_covered_calls_messages_within_its_caps() -> None:
+    from boundary.store import seal_wait
+
+    state = seal_wait._Channel()
+    for n in range(seal_wait.RECENT_MAX + 1):
+        state.covered[f"k{n}"] = 0.0
+        state.keep(f"k{n}", f"k{n}\nmessage")
+    # The oldest message went past the count cap, and its call is no longer covered (read)
+    assert len(state.recent) == seal_wait.RECENT_MAX and "k0" not in state.recent
+    assert "k0" not in state.covered and "k1" in state.covered
+    # A message past the size cap pushes the others out, then itself
+    state.covered["big"] = 0.0
+    state.keep("big", "big\n" + "x" * seal_wait.RECENT_MAX_CHARS)
+    assert state.recent == {} and state.recent_chars == 0 and "big" not in state.covered

@@ -238,3 +238,39 @@ def test_a_message_field_naming_the_call_that_copies_would_not_rewrite_stops_the
     ids = [key.task_id("execute") for key in TURN]
     assert built == ids
     assert [m["properties"]["x_call"] for m in turn] == ids
+
+
+def test_a_queue_is_declared_on_a_connections_first_send_and_not_bound_again_after(
+    monkeypatch: Any,
+) -> None:
+    import kombu.messaging
+
+    declared: list[str] = []
+    maybe_declare = kombu.messaging.maybe_declare
+
+    def counted(entity: Any, *args: Any, **kwargs: Any) -> Any:
+        if entity.name == TOOLS_QUEUE:  # not the task-sent events' exchange
+            declared.append(entity.name)
+        return maybe_declare(entity, *args, **kwargs)
+
+    monkeypatch.setattr(kombu.messaging, "maybe_declare", counted)
+    dispatcher = CeleryDispatcher(memory_app())
+    # (kombu pools producers by broker URL: start from a connection that declared nothing)
+    with dispatcher.publisher.producer_or_acquire() as producer:
+        producer.connection.declared_entities.clear()
+    # The first send on the publisher's connection declares the tools queue (as Celery does)
+    dispatcher.dispatch(KEY)
+    assert declared == [TOOLS_QUEUE]
+    # The next ones find it in the connection's cache of declared entities: nothing to bind
+    dispatcher.dispatch(CanonicalKey(run_id="run-7", tool_call_id="call_a2"))
+    dispatcher.dispatch(CanonicalKey(run_id="run-7", tool_call_id="call_a3"))
+    assert declared == [TOOLS_QUEUE]
+    # And a connection that starts again (its cache cleared) declares it again
+    with dispatcher.publisher.producer_or_acquire() as producer:
+        producer.connection.declared_entities.clear()
+    dispatcher.dispatch(CanonicalKey(run_id="run-7", tool_call_id="call_a4"))
+    assert declared == [TOOLS_QUEUE, TOOLS_QUEUE]
+    # Every message went out
+    app = dispatcher.app
+    ids = [sent(app)["headers"]["id"] for _ in range(4)]
+    assert ids == [f"run-7:call_a{n}:execute" for n in range(1, 5)]
