@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from operator import itemgetter
+from typing import Any, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -132,17 +133,65 @@ _RECORD_FRAME_BYTES = 2 + sum(len(name) + 4 for name in _RECORD_FIELDS)
 #: Values that are scalars for certain, checked before the nested kinds (whose ``Mapping``
 #: check is an ABC's, the dearest of them).
 _SCALARS = (int, float, datetime, type(None))
+#: The record's text fields (typed ``str`` or ``str | None``) and the others, scalars but for
+#: the diagnostic. A text field takes at most 6 bytes a character plus 4 (its quotes, or
+#: ``null``); any other at most ``_SCALAR_JSON_BYTES`` (an enum's longest name, if longer).
+_TEXT_FIELDS = tuple(
+    name
+    for name, field in CanonicalRecord.model_fields.items()
+    if field.annotation in (str, str | None)
+)
+_TEXT_SET = frozenset(_TEXT_FIELDS)
+
+
+def _scalar_bytes(annotation: Any) -> int:
+    kinds = get_args(annotation) or (annotation,)
+    names = [
+        len(member.value) + 2
+        for kind in kinds
+        if isinstance(kind, type) and issubclass(kind, StrEnum)
+        for member in kind
+    ]
+    return max([_SCALAR_JSON_BYTES, *names])
+
+
+_FIXED_BYTES = (
+    _RECORD_FRAME_BYTES
+    + 4 * len(_TEXT_FIELDS)
+    + sum(
+        _scalar_bytes(field.annotation)
+        for name, field in CanonicalRecord.model_fields.items()
+        if name not in _TEXT_SET
+    )
+)
+_text_values = itemgetter(*_TEXT_FIELDS)
 
 
 def _size_bound(record: CanonicalRecord, changes: Mapping[str, Any]) -> int | None:
     """An upper bound of ``record_size(record, **changes)`` without serializing the record, or
     ``None`` when it has a nested value (a diagnostic). A character of text takes at most 6
     bytes of JSON (a control character, written ``\\u001f``); a field's name, quotes, colon
-    and comma at most its length plus 4."""
+    and comma at most its length plus 4.
+
+    The record's fields hold their declared kinds (it was validated): only its text is
+    measured, in one pass. A diagnostic, or a change that is not text given to a text field,
+    is bounded field by field (``_any_size_bound``)."""
     values = record.__dict__
+    if values["diagnostic"] is not None:
+        return None
+    if changes:
+        values = {**values, **changes}
+        for name, value in changes.items():
+            if name not in _TEXT_SET or not (value is None or value.__class__ is str):
+                return _any_size_bound(values)
+    return _FIXED_BYTES + 6 * sum(map(len, filter(None, _text_values(values))))
+
+
+def _any_size_bound(values: Mapping[str, Any]) -> int | None:
+    """``_size_bound`` of the record's field values, whatever their kinds."""
     total = _RECORD_FRAME_BYTES
     for name in _RECORD_FIELDS:
-        value = changes[name] if name in changes else values[name]
+        value = values[name]
         if isinstance(value, str):
             total += 6 * len(value) + 2
         elif isinstance(value, _SCALARS):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
@@ -334,17 +334,23 @@ class WorkerStep:
 _current: ContextVar[WorkerStep | None] = ContextVar("tool_boundary_step", default=None)
 
 
-@contextmanager
-def worker_step(step: str, key: CanonicalKey, carrier: object = None) -> Iterator[WorkerStep]:
+def worker_step(
+    step: str, key: CanonicalKey, carrier: object = None
+) -> AbstractContextManager[WorkerStep]:
     """The span of a worker step (``EXECUTE`` or ``PROJECT``) of the call ``key``, in the
-    trace ``carrier`` (the message's headers, or Celery's ``task.request``) carries."""
+    trace ``carrier`` (the message's headers, or Celery's ``task.request``) carries.
+
+    Without spans to start (no SDK), the step's state alone is current while it runs
+    (``_Stepping``, an object rather than a generator: this runs on every step)."""
     if not _on:
-        yield WorkerStep(trace.INVALID_SPAN, step)
-        return
+        return nullcontext(WorkerStep(trace.INVALID_SPAN, step))
     if not _tracing():
-        with _stepping(trace.INVALID_SPAN, step) as state:
-            yield state
-        return
+        return _Stepping(trace.INVALID_SPAN, step)
+    return _traced_step(step, key, carrier)
+
+
+@contextmanager
+def _traced_step(step: str, key: CanonicalKey, carrier: object) -> Iterator[WorkerStep]:
     attributes = {CALL_ID: key.tool_call_id, RUN_ID: key.run_id}
     if step == EXECUTE:
         attributes[OPERATION] = EXECUTE_TOOL
@@ -357,21 +363,26 @@ def worker_step(step: str, key: CanonicalKey, carrier: object = None) -> Iterato
             record_exception=False,
             set_status_on_exception=False,
         ) as span,
-        _stepping(span, step) as state,
+        _Stepping(span, step) as state,
     ):
         yield state
 
 
-@contextmanager
-def _stepping(span: Span, step: str) -> Iterator[WorkerStep]:
+class _Stepping:
     """The step is current (the hooks below find it) and its figures are kept at its end."""
-    state = WorkerStep(span, step)
-    token = _current.set(state)
-    try:
-        yield state
-    finally:
-        _current.reset(token)
-        _finish(state)
+
+    __slots__ = ("_state", "_token")
+
+    def __init__(self, span: Span, step: str) -> None:
+        self._state = WorkerStep(span, step)
+
+    def __enter__(self) -> WorkerStep:
+        self._token = _current.set(self._state)
+        return self._state
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current.reset(self._token)
+        _finish(self._state)
 
 
 def _finish(state: WorkerStep) -> None:

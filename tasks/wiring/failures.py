@@ -45,7 +45,8 @@ class ToolCallFailed(Exception):
 class _CodeOnlyBackend:
     """The app's result backend, storing a ``ToolCallFailed`` without its traceback.
 
-    A thin view over ``app.backend`` (which Celery keeps per thread), made on each access.
+    A thin view over ``app.backend`` (which Celery keeps per thread), made once per backend
+    (``CodeOnlyFailures.backend``).
     """
 
     def __init__(self, backend: Any) -> None:
@@ -83,9 +84,20 @@ class CodeOnlyFailures(Task):  # type: ignore[misc]
     Request = CodeOnlyRequest
     throws = (ToolCallFailed,)
 
+    #: The view last made, with the backend it wraps: read on every task's return, it is made
+    #: again only when the backend differs (another thread's). One tuple, so a thread never
+    #: sees one backend's view paired with another's.
+    _code_only: tuple[Any, _CodeOnlyBackend] | None = None
+
     @property
     def backend(self) -> Any:
-        return _CodeOnlyBackend(self._backend or self.app.backend)
+        backend = self._backend or self.app.backend
+        made = self._code_only
+        if made is not None and made[0] is backend:
+            return made[1]
+        view = _CodeOnlyBackend(backend)
+        self._code_only = (backend, view)
+        return view
 
     @backend.setter
     def backend(self, value: Any) -> None:

@@ -73,15 +73,32 @@ def worker_runtime() -> Runtime:
     return runtime
 
 
+#: The terms last made, kept while the sender and the settings they come from are the same.
+_terms: AttemptTerms | None = None
+
+
 def attempt_terms() -> AttemptTerms:
+    """How this process's execute steps run an attempt (``AttemptTerms``, frozen): made once,
+    again only when the sender or one of the settings it carries changed."""
+    global _terms
     settings = get_runtime().settings
-    return AttemptTerms(
-        sender=attempt_sender(),
-        max_pending_s=settings.max_pending_s,
-        reap_grace_s=settings.reap_grace_s,
-        heartbeat_interval_s=settings.heartbeat_interval_s,
-        project_now=_project_now,
-    )
+    sender = attempt_sender()
+    terms = _terms
+    if (
+        terms is None
+        or terms.sender is not sender
+        or terms.max_pending_s != settings.max_pending_s
+        or terms.reap_grace_s != settings.reap_grace_s
+        or terms.heartbeat_interval_s != settings.heartbeat_interval_s
+    ):
+        terms = _terms = AttemptTerms(
+            sender=sender,
+            max_pending_s=settings.max_pending_s,
+            reap_grace_s=settings.reap_grace_s,
+            heartbeat_interval_s=settings.heartbeat_interval_s,
+            project_now=_project_now,
+        )
+    return terms
 
 
 def _project_now(key: CanonicalKey) -> None:

@@ -22,8 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from celery import Celery
@@ -69,17 +68,10 @@ class ProgressEvents:
         """``worker_init``: the worker of this process is ``sender``."""
         self.attach_worker(sender)
 
-    @contextmanager
-    def running(self, key: CanonicalKey, request: Any) -> Iterator[None]:
-        """While the block runs, heartbeats of ``key`` are reported for ``request``'s task."""
-        identity = key.identity
-        with self._lock:
-            self._running[identity] = _Sent(str(request.id), getattr(request, "hostname", None))
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running.pop(identity, None)
+    def running(self, key: CanonicalKey, request: Any) -> AbstractContextManager[None]:
+        """While the block runs, heartbeats of ``key`` are reported for ``request``'s task
+        (an object rather than a generator: this runs on every execute step)."""
+        return _Running(self, key, request)
 
     def on_progress(self, report: ProgressReport) -> None:
         """The progress listener: one event per call per ``MIN_EVENT_INTERVAL_S`` at most."""
@@ -119,3 +111,26 @@ def progress_fields(report: ProgressReport) -> dict[str, Any]:
     }
     text = json.dumps(fields, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     return fields | {"result": text}
+
+
+class _Running:
+    """``ProgressEvents.running``: the call's task is known from the block's start to its end."""
+
+    __slots__ = ("_events", "_identity", "_request")
+
+    def __init__(self, events: ProgressEvents, key: CanonicalKey, request: Any) -> None:
+        self._events = events
+        self._identity = key.identity
+        self._request = request
+
+    def __enter__(self) -> None:
+        request = self._request
+        sent = _Sent(str(request.id), getattr(request, "hostname", None))
+        events = self._events
+        with events._lock:
+            events._running[self._identity] = sent
+
+    def __exit__(self, *exc_info: object) -> None:
+        events = self._events
+        with events._lock:
+            events._running.pop(self._identity, None)

@@ -63,6 +63,8 @@ def test_at_most_one_event_a_second_per_call_with_the_latest_values() -> None:
         for n, at in enumerate((0.0, 0.3, 0.9, 1.0, 1.5, 2.2)):
             clock.now = at
             events.on_progress(report(n / 10))
+    clock.now = 9.0
+    events.on_progress(report(0.9))  # the block ended: the call is not running here any more
     sent = [fields for type_, fields in dispatcher.published if type_ == EVENT_TYPE]
     assert [f["progress"] for f in sent] == [0.0, 0.3, 0.5]
     assert sent[0]["uuid"] == "run-1:call-1:execute"

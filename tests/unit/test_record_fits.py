@@ -86,3 +86,25 @@ def test_the_bound_holds_for_text_of_the_longest_json() -> None:
     exact = record_size(record, agent_result=worst)
     bound = _size_bound(record, {"agent_result": worst})
     assert bound is not None and bound >= exact
+
+
+def test_a_change_that_is_not_text_is_bounded_field_by_field() -> None:
+    # Not a text field, or not text given to one: the bound still holds, and the answer is
+    # still the exact size's.
+    record = _record("x" * 50)
+    for changes in ({"seq": 2**60, "raw": "y" * 10}, {"agent_result": ["z"] * 3}):
+        exact = record_size(record, **changes)
+        bound = _size_bound(record, changes)
+        assert bound is None or bound >= exact
+        assert record_fits(record, exact, **changes)
+        assert not record_fits(record, exact - 1, **changes)
+
+
+def test_every_enum_name_and_empty_field_stays_under_the_bound() -> None:
+    # The longest names of each enum field, every optional field empty or set
+    for status in InvocationStatus:
+        for code in ErrorCode:
+            record = _record("", status=status, error_code=code, raw=None, progress=None)
+            exact = record_size(record, agent_result="", scope=None)
+            bound = _size_bound(record, {"agent_result": "", "scope": None})
+            assert bound is not None and bound >= exact

@@ -51,11 +51,13 @@ local run_budget = tonumber(ARGV[8])
 local tool_budget = tonumber(ARGV[9])
 local tool_field = "tool:" .. ARGV[3]
 
-local calls = tonumber(redis.call("HGET", KEYS[2], "calls") or "0")
+-- Both counts in one read, checked run first, then tool.
+local counts = redis.call("HMGET", KEYS[2], "calls", tool_field)
+local calls = tonumber(counts[1] or "0")
 if run_budget >= 0 and calls >= run_budget then
   return {CODE.REFUSED, "RUN_BUDGET"}
 end
-local tool_calls = tonumber(redis.call("HGET", KEYS[2], tool_field) or "0")
+local tool_calls = tonumber(counts[2] or "0")
 if tool_budget >= 0 and tool_calls >= tool_budget then
   return {CODE.REFUSED, "TOOL_BUDGET"}
 end
@@ -67,8 +69,10 @@ if ARGV[6] ~= "" and tonumber(ARGV[6]) < reap_at then
 end
 reap_at = reap_at + tonumber(ARGV[10])
 
-local seq = redis.call("HINCRBY", KEYS[2], "calls", 1)
-redis.call("HINCRBY", KEYS[2], tool_field, 1)
+-- Both counts charged in one write: the script is atomic, so the counts read above plus one
+-- are what two HINCRBYs would give.
+local seq = calls + 1
+redis.call("HSET", KEYS[2], "calls", seq, tool_field, tool_calls + 1)
 
 redis.call("HSET", KEYS[1],
   "run_id", ARGV[1],
