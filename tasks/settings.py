@@ -79,6 +79,11 @@ class Settings(BaseSettings, LimitFields):
     #: Threads a worker process may start for tools and projectors: each hung one holds a
     #: thread for good, so past this many hung at once, later runs time out unstarted.
     max_tool_threads: int = Field(default=DEFAULT_MAX_TOOL_THREADS, ge=1)
+    #: A worker freezes its start-up heap (``gc.freeze()`` at the end of ``worker_init``, before
+    #: a prefork pool forks): the collector never scans it again, and prefork children keep
+    #: sharing its pages with their parent. A start-up object later left in a garbage cycle is
+    #: never freed (``tasks.worker.gc_tuning``).
+    worker_gc_freeze: bool = True
     #: Times the reaper sends the project step of a call again whose raw response is kept
     #: (its worker died before sealing it); past that the call is sealed WORKER_LOST.
     max_reprojections: int = Field(default=2, ge=0)

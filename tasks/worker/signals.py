@@ -15,6 +15,7 @@ from celery import signals
 
 from boundary.call_context import set_progress_listener
 from tasks.worker.calls import execute_tool, progress_events, seal_when_retries_run_out
+from tasks.worker.gc_tuning import freeze_start_up_heap
 from tasks.worker.metrics_endpoint import serve_metrics, stop_metrics
 from tasks.worker.pool_hooks import (
     limit_tool_threads_at_start,
@@ -30,12 +31,14 @@ set_progress_listener(progress_events.on_progress)
 
 # The worker is made: which worker sends the progress events; a threads pool becomes
 # ``InlineThreadPool`` (before the worker resolves its pool class); the start-up check
-# (exit 2 or 3); the bound on overdue runs; the Prometheus endpoint when configured.
+# (exit 2 or 3); the bound on overdue runs; the Prometheus endpoint when configured; the
+# start-up heap frozen for the garbage collector (before a prefork pool forks).
 signals.worker_init.connect(progress_events.on_worker_init, weak=False)
 signals.worker_init.connect(run_tools_in_line)
 signals.worker_init.connect(check_runtime)
 signals.worker_init.connect(limit_tool_threads_at_start)
 signals.worker_init.connect(serve_metrics)
+signals.worker_init.connect(freeze_start_up_heap)
 
 # The worker's log handlers carry the current span's trace and span ids.
 signals.after_setup_logger.connect(add_trace_ids)
