@@ -196,13 +196,19 @@ def catalogue(sentinel: bool) -> dict[str, Fault]:
 class Injector:
     """Injects faults on a thread of its own until ``stop``; keeps what it did."""
 
-    def __init__(self, fleet: Fleet, seed: int, *, sentinel: bool) -> None:
+    def __init__(
+        self, fleet: Fleet, seed: int, *, sentinel: bool, rounds: int | None = None
+    ) -> None:
         self.fleet = fleet
         self.rng = random.Random(seed)
         self.faults = catalogue(sentinel)
         self.injected: list[Injected] = []
         self.failed: list[str] = []
         self._stop = threading.Event()
+        #: Rounds to inject before stopping by itself (``None``: until ``stop``).
+        self.rounds = rounds
+        #: Set once ``rounds`` rounds were injected (never when ``rounds`` is ``None``).
+        self.done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
         self._started = 0.0
 
@@ -220,7 +226,12 @@ class Injector:
         return names
 
     def _run(self) -> None:
+        rounds = 0
         while not self._stop.is_set():
+            if self.rounds is not None and rounds >= self.rounds:
+                self.done.set()
+                return
+            rounds += 1
             for name in self._order():
                 if self._stop.wait(self.rng.uniform(*GAP_S)):
                     return

@@ -37,8 +37,11 @@ def chaos(
     sentinel: bool = False,
     min_replicas: int = 0,
     settle_s: float = SETTLE_S,
+    rounds: int | None = None,
 ) -> dict[str, Any]:
-    """Runs the chaos run; returns its report (``bench.studies.chaos.report``)."""
+    """Runs the chaos run; returns its report (``bench.studies.chaos.report``). With
+    ``rounds``, the load and the faults stop once that many rounds of faults were injected
+    (at the latest after ``minutes``)."""
     directory.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
         filename=directory / "callers.log",
@@ -61,11 +64,11 @@ def chaos(
             reap_grace_s=settings.reap_grace_s,
         )
         load = Load(boundary, seed)
-        injector = Injector(fleet, seed, sentinel=sentinel)
+        injector = Injector(fleet, seed, sentinel=sentinel, rounds=rounds)
         started = time.monotonic()
         load.start()
         injector.start()
-        time.sleep(minutes * 60)
+        injector.done.wait(minutes * 60)
         injector.stop()
         load.stop()
         loaded_s = time.monotonic() - started
@@ -76,6 +79,7 @@ def chaos(
         details = {
             "seed": seed,
             "minutes": minutes,
+            "rounds": rounds,
             "sentinel": sentinel,
             "min_replicas": min_replicas,
             "load_s": round(loaded_s, 1),
