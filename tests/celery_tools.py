@@ -220,9 +220,14 @@ def beating(arguments: dict[str, Any]) -> dict[str, Any]:
             time.sleep(float(arguments.get("step_s", 0.1)))
         why = "done"
     finally:
-        if stem:
-            with open(f"{stem}-exit", "w") as out:
+        if folder:
+            # Written aside, then renamed: a test that sees the exit file reads its reason
+            # whole (it could see an empty file between the open and the write). The dot
+            # keeps the aside file out of the tests' globs of the steps.
+            aside = f"{folder}/.{call.tool_call_id}-{call.attempt}-exit"
+            with open(aside, "w") as out:
                 out.write(why)
+            os.replace(aside, f"{stem}-exit")
     return {"hits": [{"id": f"beat-{call.attempt}", "attempt": call.attempt, "pid": os.getpid()}]}
 
 

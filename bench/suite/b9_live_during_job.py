@@ -236,6 +236,10 @@ def job_running(relay: Relay) -> Iterator[dict[str, Any]]:
         got["records_per_s"] = got["records"] / seconds
         got["restarts"] = relay.started - restarts
         relay.stop()
+        # With the chunks that were at work when the block ended, which a cancel lets end and
+        # counts: not a rate (they ran on past the block), but more than 0 whenever a chunk
+        # ran during the block, however short the block was.
+        got["records_by_end"] = relay.records() - records
 
 
 def _p(values: list[float], q: float) -> float:
