@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -178,3 +179,15 @@ def compact(value: Any, limit: int, *, cut: str = "") -> str:
     """``value`` as one line of JSON, cut past ``limit`` characters: ``... (+N<cut>)``."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     return text if len(text) <= limit else f"{text[:limit]}... (+{len(text) - limit}{cut})"
+
+
+def in_lists(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    """``items`` in lists of ``size`` (the last may be shorter), read as they are iterated."""
+    batch: list[str] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -34,7 +33,7 @@ from tasks.cli.common import (
     settings_or_fail,
 )
 from tasks.exits import EXIT_NOT_FOUND
-from tasks.views import call_view, compact, observe_run, progress_of
+from tasks.views import call_view, compact, in_lists, observe_run, progress_of
 
 #: Display of a record's JSON fields: cut past this many characters (``--json`` never cuts).
 SHOW_CELL_CHARS = 2000
@@ -209,17 +208,6 @@ def _run_rows(store: CanonicalStore, run_ids: list[str]) -> list[dict[str, Any]]
     ]
 
 
-def _steps(run_ids: Iterator[str], size: int) -> Iterator[list[str]]:
-    step: list[str] = []
-    for run_id in run_ids:
-        step.append(run_id)
-        if len(step) == size:
-            yield step
-            step = []
-    if step:
-        yield step
-
-
 def runs(as_json: JsonFlag = False) -> None:
     """Every live run with its calls counted by status, and the progress of its calls in
     flight (``watch RUN_ID`` follows them live), in the runs index's order (the run with the
@@ -230,7 +218,7 @@ def runs(as_json: JsonFlag = False) -> None:
     printed = 0
     with reaching(settings):
         store = open_store(settings)
-        for run_ids in _steps(store.run_ids(), RUNS_PER_STEP):
+        for run_ids in in_lists(store.run_ids(), RUNS_PER_STEP):
             rows = _run_rows(store, run_ids)
             if not rows:
                 continue

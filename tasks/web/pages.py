@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +17,7 @@ from boundary import CallProgress, CanonicalKey, CanonicalRecord, InvocationStat
 from boundary.flow import Flow
 from boundary.models import is_safe_id
 from boundary.store.base import CanonicalStore, RunSummary
-from tasks.views import compact, limits_view, observe_run, progress_of
+from tasks.views import compact, in_lists, limits_view, observe_run, progress_of
 
 #: Runs a page of the runs index lists.
 RUNS_PAGE = 50
@@ -142,17 +141,6 @@ class RunsQuery:
     tool: str | None = None
 
 
-def _pages(run_ids: Iterable[str], size: int) -> Iterator[list[str]]:
-    page: list[str] = []
-    for run_id in run_ids:
-        page.append(run_id)
-        if len(page) == size:
-            yield page
-            page = []
-    if page:
-        yield page
-
-
 def _status_matches(summary: RunSummary, status: str | None) -> bool:
     if status == "PROJECTING":
         return summary.projecting > 0
@@ -175,7 +163,7 @@ def runs_page(store: CanonicalStore, query: RunsQuery) -> dict[str, Any]:
     newest: deque[RunSummary] = deque(maxlen=keep)
     totals = {"runs": 0, "calls": 0, "ready": 0, "error": 0, "projecting": 0}
     matching = 0
-    for page in _pages(store.run_ids(), SUMMARY_PAGE):
+    for page in in_lists(store.run_ids(), SUMMARY_PAGE):
         for summary in store.run_summaries(page):
             totals["runs"] += 1
             totals["calls"] += summary.calls

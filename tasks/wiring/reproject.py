@@ -21,7 +21,7 @@ from typing import Any
 from celery import Celery, states
 
 from boundary import BoundaryError, ErrorCode, EvidenceStatus
-from tasks.views import RunError, error_line
+from tasks.views import RunError, error_line, in_lists
 from tasks.wiring.app import PROJECT_RUNS, app
 
 #: Runs per ``project_runs`` task: its reads are two pipelines, its result one message.
@@ -90,17 +90,6 @@ class BatchSummary:
             "excluded": dict(sorted(self.excluded.items())),
             "omitted": self.omitted,
         }
-
-
-def _chunks(run_ids: Iterable[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for run_id in run_ids:
-        chunk.append(run_id)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 @dataclass
@@ -220,7 +209,7 @@ def reproject(
         raise ValueError("chunk_size and max_in_flight must be >= 1")
     batch = _Batch(celery_app, chunk_timeout_s, queue, on_done)
     in_flight: deque[_Chunk] = deque()
-    for run_chunk in _chunks(run_ids, chunk_size):
+    for run_chunk in in_lists(run_ids, chunk_size):
         if len(in_flight) >= max_in_flight:
             yield from batch.collect(in_flight.popleft())
         in_flight.append(batch.send(run_chunk))
