@@ -1,9 +1,12 @@
 """The two steps of a call after its record exists, as plain functions.
 
 ``execute_step`` runs the tool and keeps its raw response; ``project_step`` projects it and
-seals the record. Celery tasks (and the in-process dispatcher) are thin wrappers around them.
-Neither lets a tool's or projector's exception out: each becomes a stable code on the record.
-Store errors do propagate (``StoreError``): the caller decides whether to retry.
+seals the record. A worker that projects in line (``Settings.project_in_line``) runs the
+execute step with ``hold_raw=True`` and hands the response it held to ``project_held``, which
+keeps it with the seal: one write fewer. Celery tasks (and the in-process dispatcher) are thin
+wrappers around them. Neither lets a tool's or projector's exception out: each becomes a
+stable code on the record. Store errors do propagate (``StoreError``): the caller decides
+whether to retry.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from operator import itemgetter
-from typing import Any, Protocol, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, get_args, overload, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -58,9 +61,12 @@ __all__ = [
     "AttemptSender",
     "AttemptTerms",
     "ExecuteResult",
+    "HeldRaw",
     "execute_step",
+    "keep_held",
     "limit_tool_threads",
     "outcome_from_record",
+    "project_held",
     "project_step",
     "send_attempt",
 ]
@@ -261,12 +267,56 @@ class _Holder:
         return ExecuteResult.SEALED
 
 
+@dataclass(frozen=True, slots=True)
+class HeldRaw:
+    """A raw response the execute step checked and did not write (``hold_raw=True``): the
+    project step that runs next, in line, keeps it with the call's seal (``project_held``),
+    or ``keep_held`` writes it alone. Until then it exists only here: a worker lost between
+    the tool's return and that write runs the tool again, as one lost while the tool ran."""
+
+    #: The record as the attempt's claim read it, its raw response set.
+    record: CanonicalRecord
+    _holder: _Holder
+
+    @property
+    def attempt(self) -> int:
+        return self._holder.attempt
+
+
 def _failed(
     tool: str, code: ErrorCode, stage: Stage, exc: BaseException | None = None, note: str = ""
 ) -> Diagnostic:
     if exc is not None:
         return Diagnostic.of_exception(tool, code, stage, exc)
     return Diagnostic.of_note(tool, code, stage, note)
+
+
+@overload
+def execute_step(
+    store: CanonicalStore,
+    registry: ToolRegistry,
+    key: CanonicalKey,
+    *,
+    attempt: int = 1,
+    terms: AttemptTerms | None = None,
+    timeout_errors: tuple[type[BaseException], ...] = (),
+    now: datetime | None = None,
+    hold_raw: Literal[False] = False,
+) -> ExecuteResult: ...
+
+
+@overload
+def execute_step(
+    store: CanonicalStore,
+    registry: ToolRegistry,
+    key: CanonicalKey,
+    *,
+    attempt: int = 1,
+    terms: AttemptTerms | None = None,
+    timeout_errors: tuple[type[BaseException], ...] = (),
+    now: datetime | None = None,
+    hold_raw: bool,
+) -> ExecuteResult | HeldRaw: ...
 
 
 def execute_step(
@@ -278,8 +328,13 @@ def execute_step(
     terms: AttemptTerms | None = None,
     timeout_errors: tuple[type[BaseException], ...] = (),
     now: datetime | None = None,
-) -> ExecuteResult:
+    hold_raw: bool = False,
+) -> ExecuteResult | HeldRaw:
     """Runs attempt ``attempt`` of the call's tool and keeps its complete raw response.
+
+    With ``hold_raw``, a response that passes the size checks is not written: it comes back
+    as a ``HeldRaw`` for ``project_held`` (or ``keep_held``) to keep, and every other end is
+    the same.
 
     Idempotent: a record that already holds a raw response, or is sealed, is not run again;
     a record that another attempt took over is left to it (``HANDED_ON``). The tool runs at
@@ -380,7 +435,7 @@ def execute_step(
         if scope.ended is Ended.SUPERSEDED:
             # Told at a heartbeat that another attempt has the call, the tool returned anyway.
             return ExecuteResult.HANDED_ON
-        return _keep_raw(store, record, raw, holder)
+        return _keep_raw(store, record, raw, holder, hold=hold_raw)
     # Out of time: its limit passed, or the tool saw it at a heartbeat.
     scope.end(Ended.TIME_UP)  # a tool still running raises CallCancelled at its next heartbeat
     return _timed_out(store, holder, spec, terms=terms, timeout_s=timeout_s, retry=retry)
@@ -405,11 +460,11 @@ _NOT_STARTED = {
 
 
 def _keep_raw(
-    store: CanonicalStore, record: CanonicalRecord, raw: Any, holder: _Holder
-) -> ExecuteResult:
+    store: CanonicalStore, record: CanonicalRecord, raw: Any, holder: _Holder, *, hold: bool
+) -> ExecuteResult | HeldRaw:
     """Size-checks the raw response and keeps it in the record (never truncated), as the
     holder's attempt: refused once another attempt has the call (the stale response is
-    dropped; the newer attempt's decides)."""
+    dropped; the newer attempt's decides). ``hold``: returns it checked, unwritten."""
     tool = record.tool_name
     try:
         raw_text = canonical_json(raw)
@@ -427,6 +482,22 @@ def _keep_raw(
         note = f"raw response of {raw_size} bytes; max_raw_bytes {limits.max_raw_bytes}"
         code = ErrorCode.RESULT_TOO_LARGE
         return holder.seal_error(code, _failed(tool, code, EXECUTE, note=note))
+    if hold:
+        return HeldRaw(record.model_copy(update={"raw": raw_text}), holder)
+    return _write_raw(store, record, raw_text, holder)
+
+
+def keep_held(store: CanonicalStore, held: HeldRaw) -> ExecuteResult:
+    """Writes a held raw response alone (``store_raw``), as its attempt: what the execute step
+    would have done without ``hold_raw``; the call's project step then projects it."""
+    raw = held.record.raw
+    assert raw is not None  # a held record always carries its response
+    return _write_raw(store, held.record, raw, held._holder)
+
+
+def _write_raw(
+    store: CanonicalStore, record: CanonicalRecord, raw_text: str, holder: _Holder
+) -> ExecuteResult:
     written, stored = store.store_raw_into(record, raw_text, attempt=holder.attempt)
     if stored is not None:
         # The project step of this call, if it runs in this process, need not read it back.
@@ -589,16 +660,90 @@ def project_step(
     sealed = outcome_from_record(record)
     if sealed is not None:
         return sealed
+    written, outcome = _project_record(
+        store, registry, record, handed_over, timeout_s=timeout_s, project_now=project_now
+    )
+    if written is None or written is WriteStatus.OK:
+        return outcome
+    if written is WriteStatus.REPLACED:
+        # The handed-over record had expired and another call took its ids: project that
+        # one, as read from the store.
+        return project_step(store, registry, key, timeout_s=timeout_s, project_now=project_now)
+    # Someone else (the reaper, a redelivered message) sealed it first: the record decides.
+    return _final_outcome(store, key)
+
+
+def project_held(
+    store: CanonicalStore,
+    registry: ToolRegistry,
+    held: HeldRaw,
+    *,
+    timeout_s: float = DEFAULT_PROJECTION_TIMEOUT_S,
+    project_now: Callable[[CanonicalKey], None] | None = None,
+) -> ToolOutcome | ExecuteResult:
+    """``project_step`` of a raw response the execute step held (``hold_raw=True``): projects
+    it and seals the record with it, in one write fenced by the attempt, so the record never
+    holds the response without its seal.
+
+    Returns the call's outcome; or, when the seal was refused, how the execute step ends as
+    the write of the response alone would have ended it: ``HANDED_ON`` (another attempt has
+    the call), ``SEALED`` (sealed by someone else: the record decides), ``MISSING``.
+    """
+    record = held.record
+    key = record.key
+    telemetry.step_record(record)
+    written, outcome = _project_record(
+        store,
+        registry,
+        record,
+        record.created_at,
+        timeout_s=timeout_s,
+        project_now=project_now,
+        held=held,
+    )
+    if written is None:
+        return outcome
+    if written is WriteStatus.OK:
+        telemetry.stored()
+        return outcome
+    if written is WriteStatus.ALREADY_STORED:
+        # A response is kept already (not this attempt's): the record decides.
+        return project_step(store, registry, key, timeout_s=timeout_s, project_now=project_now)
+    if written is WriteStatus.SUPERSEDED:
+        return held._holder.stale("raw response")
+    if written is WriteStatus.NOT_PROJECTING:
+        return ExecuteResult.SEALED
+    # MISSING, or REPLACED: the record this attempt claimed is gone.
+    return ExecuteResult.MISSING
+
+
+def _project_record(
+    store: CanonicalStore,
+    registry: ToolRegistry,
+    record: CanonicalRecord,
+    handed_over: datetime | None,
+    *,
+    timeout_s: float,
+    project_now: Callable[[CanonicalKey], None] | None,
+    held: HeldRaw | None = None,
+) -> tuple[WriteStatus | None, ToolOutcome]:
+    """Projects the record's raw response and seals it (with the held response, as its
+    attempt, when ``held``): the seal's write status and the outcome; ``None``: the watchdog
+    sealed it (its outcome)."""
+    key = record.key
     spec = registry.get(record.tool_name)
     version = spec.projector_version if spec is not None else None
+    kept: KeptTerms = {} if held is None else {"raw": record.raw, "attempt": held.attempt}
 
     def overdue() -> ToolOutcome:
         # On the watchdog's side, at the deadline, while the projector may still run in line.
         note = f"the projector ran past its time limit of {timeout_s:g}s"
         failed = _failed(record.tool_name, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)
-        written = _seal_failed_projection(store, key, failed, handed_over, version)
+        written = _seal_failed_projection(store, key, failed, handed_over, version, kept=kept)
         outcome = _final_outcome(store, key)
         if written is WriteStatus.OK:
+            if held is not None:
+                telemetry.stored()
             telemetry.sealed(outcome)
         if project_now is not None:
             project_now(key)
@@ -608,12 +753,12 @@ def project_step(
         projected = project_raw(registry, record, store.limits, timeout_s, overdue)
     except ToolOverdue as late:
         if isinstance(late.outcome, ToolOutcome):
-            return late.outcome
+            return None, late.outcome
         # The watchdog could not seal it (the store failed under it): seal it here.
         note = f"the projector ran past its time limit of {timeout_s:g}s"
         projected = _failed(record.tool_name, ErrorCode.PROJECTION_FAILED, PROJECT, note=note)
     if isinstance(projected, Diagnostic):
-        written = _seal_failed_projection(store, key, projected, handed_over, version)
+        written = _seal_failed_projection(store, key, projected, handed_over, version, kept=kept)
         outcome = ToolOutcome.error(key.tool_call_id, projected.error_code)
     else:
         outcome, result, scope = projected
@@ -625,16 +770,18 @@ def project_step(
             scope=scope,
             created_at=handed_over,
             projector_version=version,
+            **kept,
         )
     if written is WriteStatus.OK:
         telemetry.sealed(outcome)
-        return outcome
-    if written is WriteStatus.REPLACED:
-        # The handed-over record had expired and another call took its ids: project that
-        # one, as read from the store.
-        return project_step(store, registry, key, timeout_s=timeout_s, project_now=project_now)
-    # Someone else (the reaper, a redelivered message) sealed it first: the record decides.
-    return _final_outcome(store, key)
+    return written, outcome
+
+
+class KeptTerms(TypedDict, total=False):
+    """What a seal of a held response adds to its terms: the response, and its attempt."""
+
+    raw: str | None
+    attempt: int | None
 
 
 def _seal_failed_projection(
@@ -643,6 +790,8 @@ def _seal_failed_projection(
     failed: Diagnostic,
     handed_over: datetime | None,
     version: str | None,
+    *,
+    kept: KeptTerms,
 ) -> WriteStatus:
     """Seals the call ERROR with the diagnostic's code (a projection that failed)."""
     failed.log(key.identity)
@@ -653,6 +802,7 @@ def _seal_failed_projection(
         diagnostic=failed,
         created_at=handed_over,
         projector_version=version,
+        **kept,
     )
     logger.info("call %s sealed ERROR %s", key.identity, failed.error_code.value)
     return written

@@ -1,7 +1,7 @@
 """``--profile``: where the time goes, written beside the report.
 
 - ``submit`` in this process, by pyinstrument (``profile_submit.txt``/``.html``).
-- Each worker (ours and bare, pool children included) during one B1 measurement, by py-spy
+- Each worker (ours and every peer, pool children included) during one B1 measurement, by py-spy
   when it is installed (``pip install py-spy``): a speedscope file per side and a text summary
   with the share of samples in the boundary's steps and the frames that take the most time.
 """

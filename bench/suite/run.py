@@ -275,7 +275,7 @@ class Bench:
         log(f"{pool.label}: py-spy on both workers")
         self.results.setdefault("profiles", {})[pool.label] = {
             side.name: profile_worker(side, pgids[side.name], self.sizes.b1_calls, out)
-            for side in (self.ours, self.bare, *self.ablations)
+            for side in (self.ours, *self.peers, *self.ablations)
         }
 
     def b2(self, pool: Pool, *, first: bool) -> None:

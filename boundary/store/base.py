@@ -89,6 +89,10 @@ class SealTerms(TypedDict, total=False):
     #: the call is still past its reap time and its tool did not start since; else
     #: ``WriteStatus.NOT_DUE`` (nothing written).
     due_at: datetime | None
+    #: Also keep this raw response (canonical JSON), in the same write: the seal of a call
+    #: projected in line (``boundary.steps.project_held``). A record that holds one already
+    #: answers ``WriteStatus.ALREADY_STORED`` (nothing written).
+    raw: str | None
 
 
 @dataclass(frozen=True, slots=True)

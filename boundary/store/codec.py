@@ -458,6 +458,7 @@ def seal_args(
         "" if attempt is None else attempt,
         "" if due_at is None else ms(due_at),
         terms.get("projector_version") or "",
+        terms.get("raw") or "",
     ]
     return run_keys, argv
 

@@ -21,8 +21,11 @@ from boundary.reaper import Retries, reap_once
 from boundary.steps import (
     AttemptTerms,
     ExecuteResult,
+    HeldRaw,
     execute_step,
+    keep_held,
     outcome_from_record,
+    project_held,
     project_step,
 )
 from tasks.runtime import Runtime, get_runtime
@@ -133,7 +136,8 @@ def execute_tool(
     and Celery's follow-up then has nothing left to send.
 
     With ``Settings.project_in_line`` (an opt-in, off by default) it then projects and seals
-    the call too, and returns its bounded outcome (what the ``task-succeeded`` event and
+    the call too, keeping the raw response with the seal (one write), and returns its
+    bounded outcome (what the ``task-succeeded`` event and
     Flower show, as the project task's would); otherwise (the default), or when the call did
     not end READY here, it returns the step's status name and the chained project task goes.
 
@@ -155,6 +159,7 @@ def _execute(task: Any, run_id: str, tool_call_id: str, attempt: int) -> str | d
     try:
         runtime = worker_runtime()
         terms = attempt_terms()
+        in_line = runtime.settings.project_in_line
         with (
             telemetry.worker_step(telemetry.EXECUTE, key, task.request),
             progress_events.running(key, task.request),
@@ -168,9 +173,13 @@ def _execute(task: Any, run_id: str, tool_call_id: str, attempt: int) -> str | d
                 attempt=attempt,
                 terms=terms,
                 timeout_errors=(SoftTimeLimitExceeded,),
+                hold_raw=in_line,
             )
         projected = None
-        if executed is ExecuteResult.STORED and runtime.settings.project_in_line:
+        if isinstance(executed, HeldRaw):
+            executed, projected = _held_in_line(runtime, executed, task.request)
+        elif executed is ExecuteResult.STORED and in_line:
+            # Kept by an earlier attempt: projected from the store.
             projected = _projected_in_line(runtime, key, task.request)
         if executed is ExecuteResult.HANDED_ON or (
             projected is not None and projected.error_code is None
@@ -248,6 +257,33 @@ def _projected_in_line(runtime: Runtime, key: CanonicalKey, request: Any) -> Too
         logger.error("project %s in line failed: %s", key.identity, type(exc).__name__)
         return None
     return outcome
+
+
+def _held_in_line(
+    runtime: Runtime, held: HeldRaw, request: Any
+) -> tuple[ExecuteResult, ToolOutcome | None]:
+    """Projects the raw response the execute step held and seals the call with it, on this
+    task's thread (``Settings.project_in_line``): how the execute step ended, and the outcome
+    when sealed here. A failure here (the store's) keeps the response alone (retried) and
+    gives no outcome: the chained project task projects it, as after ``_projected_in_line``."""
+    key = held.record.key
+    try:
+        with telemetry.worker_step(telemetry.PROJECT, key, request) as step:
+            ended = project_held(
+                runtime.store,
+                runtime.registry,
+                held,
+                timeout_s=runtime.settings.projection_timeout_s,
+                project_now=_project_now,
+            )
+            if isinstance(ended, ToolOutcome):
+                step.outcome(ended)
+    except Exception as exc:
+        logger.error("project %s in line failed: %s", key.identity, type(exc).__name__)
+        return retrying(lambda: keep_held(runtime.store, held)), None
+    if isinstance(ended, ExecuteResult):
+        return ended, None
+    return ExecuteResult.STORED, ended
 
 
 def _chained_project_reports(request: Any) -> None:

@@ -84,12 +84,17 @@ def test_a_call_projected_in_line_ends_ready_and_sends_no_project_task(
     boundary, broker = tools_only_worker
 
     # When a call runs on a worker that projects in line and serves no projections queue
-    outcome = boundary.invoke(_envelope("lookup"), RUN, timeout=CALL_TIMEOUT_S)
+    envelope = _envelope("lookup")
+    outcome = boundary.invoke(envelope, RUN, timeout=CALL_TIMEOUT_S)
 
     # Then it ends READY with its projected result, and no project task was sent
     assert outcome.status == "READY", outcome
     assert outcome.result is not None
     assert _waiting_projections(broker) == 0
+    # And the record kept the tool's complete raw response, written with the seal
+    record = boundary.store.get(CanonicalKey(run_id=RUN.run_id, tool_call_id=envelope.tool_call_id))
+    assert record is not None and record.status == "READY"
+    assert record.raw is not None and json.loads(record.raw)
 
 
 def test_an_error_projected_in_line_still_sends_its_project_task(
@@ -98,13 +103,18 @@ def test_an_error_projected_in_line_still_sends_its_project_task(
     boundary, broker = tools_only_worker
 
     # When the projector of a call projected in line raises
-    outcome = boundary.invoke(_envelope("bad_projector"), RUN, timeout=CALL_TIMEOUT_S)
+    envelope = _envelope("bad_projector")
+    outcome = boundary.invoke(envelope, RUN, timeout=CALL_TIMEOUT_S)
 
     # Then the call is sealed ERROR in line, and its project task still went out (for
     # monitoring: it reports the sealed ERROR as a failed task), to report the seal only,
     # not to project the call again
     assert outcome.status == "ERROR"
     assert outcome.error_code == "PROJECTION_FAILED"
+    # with the tool's raw response kept, for a re-projection
+    key = CanonicalKey(run_id=RUN.run_id, tool_call_id=envelope.tool_call_id)
+    record = boundary.store.get(key)
+    assert record is not None and record.raw is not None
     assert _waiting_projections(broker) == 1
     (message,) = [
         json.loads(raw)

@@ -26,13 +26,16 @@
 -- ARGV[13] = the reaper's judgement time (epoch ms), or absent/"" for none: seal only while
 --            the call is still due and its tool did not start since (a reaper's seal)
 -- ARGV[14] = projector version (ToolSpec.projector_version), or absent/"" for none
+-- ARGV[15] = raw response (canonical JSON) to keep with the seal, or absent/"" for none: the
+--            seal of a call projected in line (store_raw.lua's write, in the same script)
 --
 -- Returns (CODE, _prelude.lua) {OK, tool_name, attempt} sealed (the tool and the call's current
 -- attempt, so a limited tool's slot held by that attempt can be given up); MISSING (or
 -- expired); {NOT_PROJECTING, tool_name, attempt} (sealed already: maybe by this caller, whose
 -- reply was lost, so it gives the slot up again); INVALID status/evidence/code disagree;
 -- REPLACED not the record the caller read (ARGV[11]); SUPERSEDED another attempt has the call
--- (ARGV[12]: nothing written, counted in stale_refusals); NOT_DUE (ARGV[13]).
+-- (ARGV[12]: nothing written, counted in stale_refusals); NOT_DUE (ARGV[13]); ALREADY_STORED
+-- the record holds a raw response already (ARGV[15]: nothing written).
 
 -- The seal that empties the run's pending set drops the run from the reaper's index, so the
 -- index holds only runs with calls PROJECTING. A create writes its pending entry before it
@@ -93,6 +96,13 @@ end
 
 -- One write of the sealed fields (an empty argument writes nothing, as before).
 local fields = {"status", status, "evidence_status", evidence, "updated_at", now}
+if ARGV[15] and ARGV[15] ~= "" then
+  if redis.call("HEXISTS", KEYS[1], "raw") == 1 then
+    return CODE.ALREADY_STORED
+  end
+  table.insert(fields, "raw")
+  table.insert(fields, ARGV[15])
+end
 local agent_result = read[6]
 if ARGV[3] ~= "" then
   agent_result = ARGV[3]
