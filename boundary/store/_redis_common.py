@@ -3,19 +3,51 @@ once with the package."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import redis
 import redis.cluster
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from boundary.errors import ErrorCode, StoreError, StoreUnavailable
 from boundary.store.scripts import load_script, record_script
 
-__all__ = ["RedisClient", "load_script", "record_script", "translated"]
+__all__ = ["RedisClient", "StoreScript", "load_script", "record_script", "script", "translated"]
 
 #: What the store modules accept as a client (it must decode responses).
 RedisClient = redis.Redis | redis.cluster.RedisCluster
+
+
+class StoreScript(Script):
+    """redis-py's ``Script``, sent as one ``EVALSHA`` command on its own client: its checks of
+    the client's kind (a pipeline? a cluster pipeline?) cost more than the command's packing,
+    on every call of a script a call runs several times. A pipeline given as ``client``, and a
+    server that does not know the script yet (``NOSCRIPT``: loaded, then sent again), take
+    ``Script``'s own path."""
+
+    def __call__(
+        self,
+        keys: Sequence[Any] | None = None,
+        args: Iterable[Any] | None = None,
+        client: Any = None,
+    ) -> Any:
+        if client is not None:
+            return super().__call__(keys, args, client)
+        keys = keys or ()
+        try:
+            return self.registered_client.execute_command(  # type: ignore[no-untyped-call]
+                "EVALSHA", self.sha, len(keys), *keys, *(args or ())
+            )
+        except NoScriptError:
+            return super().__call__(keys, args)
+
+
+def script(client: RedisClient, source: str) -> Script:
+    """``client.register_script(source)``, as a ``StoreScript``."""
+    return StoreScript(client, source)
 
 
 @contextmanager

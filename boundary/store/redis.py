@@ -23,7 +23,7 @@ from boundary.errors import StoreUnavailable
 from boundary.limits import Limits
 from boundary.models import CanonicalKey, CanonicalRecord, InvocationStatus, RunContext
 from boundary.store import keys
-from boundary.store._redis_common import record_script
+from boundary.store._redis_common import record_script, script
 from boundary.store._redis_common import translated as _translated
 
 # Imported with the store, not on the first async call: importing redis.asyncio takes tens
@@ -164,14 +164,14 @@ class RedisCanonicalStore(RedisAttempts, RedisProgress, CanonicalStore):
         self.memory = MemoryWatermark(memory_watermark) if memory_watermark else None
         self.wait_replicas = 0 if self._cluster else wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
-        self._create = client.register_script(_CREATE)
-        self._create_many = client.register_script(CREATE_MANY)
-        self._store_raw = client.register_script(_STORE_RAW)
-        self._seal = client.register_script(_SEAL)
-        self._requeue = client.register_script(_REQUEUE)
-        self._unindex_run = client.register_script(_UNINDEX_RUN)
-        self._index_runs = client.register_script(_INDEX_RUN)
-        self._read_records = client.register_script(_READ_RECORDS)
+        self._create = script(client, _CREATE)
+        self._create_many = script(client, CREATE_MANY)
+        self._store_raw = script(client, _STORE_RAW)
+        self._seal = script(client, _SEAL)
+        self._requeue = script(client, _REQUEUE)
+        self._unindex_run = script(client, _UNINDEX_RUN)
+        self._index_runs = script(client, _INDEX_RUN)
+        self._read_records = script(client, _READ_RECORDS)
         self._runs = RedisRuns(client, ttl_s, self._now_ms)
         #: Fleet flow control's scripts (one tool's slots, rate and line).
         self.flow_ops = RedisFlow(client)

@@ -10,7 +10,7 @@ from typing import Any
 
 from boundary.models import CanonicalKey
 from boundary.store import keys
-from boundary.store._redis_common import RedisClient, record_script, translated
+from boundary.store._redis_common import RedisClient, record_script, script, translated
 from boundary.store.base import AttemptState, Claim, ClaimStatus, WriteStatus
 from boundary.store.codec import decode_record, from_ms, ms, timed_result, write_status
 from boundary.store.codes import ScriptCode
@@ -46,10 +46,10 @@ class RedisAttempts:
     client: RedisClient
 
     def _register_attempt_scripts(self) -> None:
-        self._claim = self.client.register_script(_CLAIM)
-        self._heartbeat = self.client.register_script(_HEARTBEAT)
-        self._retry = self.client.register_script(_RETRY)
-        self._defer = self.client.register_script(_DEFER)
+        self._claim = script(self.client, _CLAIM)
+        self._heartbeat = script(self.client, _HEARTBEAT)
+        self._retry = script(self.client, _RETRY)
+        self._defer = script(self.client, _DEFER)
 
     def claim(
         self, key: CanonicalKey, *, attempt: int, heartbeat_timeouts: Mapping[str, float]

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from boundary.models import CanonicalKey
 from boundary.store import keys
-from boundary.store._redis_common import RedisClient, load_script, translated
+from boundary.store._redis_common import RedisClient, load_script, script, translated
 from boundary.store.codec import ms
 from boundary.store.flow import (
     SHARED_TENANT,
@@ -134,7 +134,7 @@ class RedisFlow:
     def __init__(self, client: RedisClient, *, lease_check_s: float = DEFAULT_LEASE_CHECK_S):
         self.client = client
         self.lease_check_ms = max(int(lease_check_s * 1000), 1)
-        self._scripts = {name: client.register_script(src) for name, src in _SOURCES.items()}
+        self._scripts = {name: script(client, src) for name, src in _SOURCES.items()}
 
     def _run(self, name: str, tool: str, limits: ToolLimits, *args: str | int) -> Any:
         argv = [*_limit_args(limits, self.lease_check_ms), *args]

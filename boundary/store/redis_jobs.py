@@ -11,7 +11,7 @@ from typing import Any
 
 from boundary.models import SAFE_ID
 from boundary.store import keys
-from boundary.store._redis_common import RedisClient, load_script, translated
+from boundary.store._redis_common import RedisClient, load_script, script, translated
 from boundary.store.base import CanonicalStore
 
 _START = load_script("jobs/start")
@@ -108,10 +108,10 @@ class RedisJobs:
         self._client = client
         self.ttl_ms = int(ttl_s * 1000)
         self.max_lines = max_lines
-        self._start = client.register_script(_START)
-        self._checkpoint = client.register_script(_CHECKPOINT)
-        self._cancel = client.register_script(_CANCEL)
-        self._slot = client.register_script(_SLOT)
+        self._start = script(client, _START)
+        self._checkpoint = script(client, _CHECKPOINT)
+        self._cancel = script(client, _CANCEL)
+        self._slot = script(client, _SLOT)
 
     @classmethod
     def of(cls, store: CanonicalStore) -> RedisJobs | None:

@@ -12,7 +12,7 @@ from enum import IntEnum
 
 from boundary.models import SAFE_ID
 from boundary.store import keys
-from boundary.store._redis_common import RedisClient, record_script, translated
+from boundary.store._redis_common import RedisClient, record_script, script, translated
 from boundary.store.base import CanonicalStore
 from boundary.store.codes import ScriptCode
 
@@ -49,7 +49,7 @@ class RedisRunOwners:
     """
 
     def __init__(self, client: RedisClient) -> None:
-        self._own = client.register_script(_OWN_RUN)
+        self._own = script(client, _OWN_RUN)
 
     @classmethod
     def of(cls, store: CanonicalStore) -> RedisRunOwners | None:

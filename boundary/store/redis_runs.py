@@ -12,7 +12,7 @@ from boundary.errors import ErrorCode, StoreError
 from boundary.limits import canonical_json
 from boundary.models import SAFE_ID, RunContext
 from boundary.store import keys
-from boundary.store._redis_common import RedisClient, record_script, translated
+from boundary.store._redis_common import RedisClient, record_script, script, translated
 from boundary.store.base import OpenRunStatus
 from boundary.store.codes import ScriptCode
 
@@ -46,8 +46,8 @@ class RedisRuns:
         self._client = client
         self._ttl_ms = int(ttl_s * 1000)
         self._now_ms = now_ms
-        self._open = client.register_script(_OPEN_RUN)
-        self._close = client.register_script(_CLOSE_RUN)
+        self._open = script(client, _OPEN_RUN)
+        self._close = script(client, _CLOSE_RUN)
 
     def open_run(self, run: RunContext) -> OpenRunStatus:
         if SAFE_ID.fullmatch(run.run_id) is None:

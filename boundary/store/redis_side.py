@@ -9,7 +9,7 @@ from typing import Any
 
 from boundary.models import CanonicalKey, CanonicalRecord
 from boundary.store import keys
-from boundary.store._redis_common import RedisClient, record_script, translated
+from boundary.store._redis_common import RedisClient, record_script, script, translated
 from boundary.store.base import CanonicalStore, WriteStatus
 from boundary.store.codec import WRITE_CODES, exact_ms
 from boundary.store.codes import ScriptCode
@@ -34,7 +34,7 @@ class RedisSideProjections:
 
     def __init__(self, client: RedisClient) -> None:
         self._client = client
-        self._write = client.register_script(_SIDE_WRITE)
+        self._write = script(client, _SIDE_WRITE)
 
     @classmethod
     def of(cls, store: CanonicalStore) -> RedisSideProjections | None:
