@@ -199,11 +199,13 @@ def test_flowers_broker_api_counts_each_queues_messages(
     assert monitored.broker.llen(TOOLS_QUEUE) == 3
     assert monitored.broker.llen(LONG_QUEUE) == 2
 
-    # When Flower's queue lengths are read
+    # When Flower's queue lengths are read, once it knows the worker's queues (until its
+    # inspection of the worker answers, it lists every queue of the app's configuration)
     def lengths() -> dict[str, int] | None:
         answer = get_json(f"{monitored.api}/queues/length")
         found = {q["name"]: q["messages"] for q in answer["active_queues"]}
-        return found if found.get(TOOLS_QUEUE) == 3 else None
+        consumed = {TOOLS_QUEUE, LONG_QUEUE, PROJECTIONS_QUEUE}
+        return found if found.get(TOOLS_QUEUE) == 3 and set(found) == consumed else None
 
     found = wait_for("Flower's queue lengths", lengths)
     # Then it names the three queues with the broker's own counts

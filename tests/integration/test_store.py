@@ -24,6 +24,7 @@ from boundary import (
     ToolRegistry,
 )
 from boundary.store import CreateStatus, WriteStatus, keys
+from boundary.store._redis_common import StoreScript
 from tests.helpers import (
     RUN_ID,
     create_projecting,
@@ -158,6 +159,25 @@ def test_progress_many_reads_again_after_the_server_lost_its_scripts(
     assert after == before
     (entry,) = after["run-flushed"]
     assert entry.record is not None and entry.record.status is InvocationStatus.READY
+
+
+def test_each_step_of_a_call_loads_its_script_again_after_the_server_lost_them(
+    store: RedisCanonicalStore, redis_client: redis.Redis
+) -> None:
+    # Given a server that forgot every script (a restart, a failover, SCRIPT FLUSH), whose
+    # script runs go out as single EVALSHA commands (StoreScript)
+    assert isinstance(store._seal, StoreScript)
+    redis_client.script_flush()
+    # When a call is created, claimed, its response kept and sealed
+    key = create_projecting(store, "flushed", run_id="run-scripts-flushed")
+    assert store.claim(key, attempt=1, heartbeat_timeouts={}).record is not None
+    redis_client.script_flush()
+    assert store.store_raw(key, '{"raw":1}', attempt=1) is WriteStatus.OK
+    redis_client.script_flush()
+    # Then each step loaded its script again and did its work
+    assert seal_ready(store, key) is WriteStatus.OK
+    record = store.get(key)
+    assert record is not None and record.status is InvocationStatus.READY
 
 
 def test_run_summaries_reads_many_runs_per_round_trip_and_leaves_unknown_ones_out(
