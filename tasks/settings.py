@@ -84,6 +84,10 @@ class Settings(BaseSettings, LimitFields):
     #: sharing its pages with their parent. A start-up object later left in a garbage cycle is
     #: never freed (``tasks.worker.gc_tuning``).
     worker_gc_freeze: bool = True
+    #: A worker sends its buffered task events (Flower's) at most once per this many
+    #: milliseconds, together as one message, instead of one message at nearly every event
+    #: under load (``tasks.worker.event_flush``); 0: at the event loop's next turn, as Celery.
+    worker_events_flush_ms: float = Field(default=5.0, ge=0, le=1000)
     #: Times the reaper sends the project step of a call again whose raw response is kept
     #: (its worker died before sealing it); past that the call is sealed WORKER_LOST.
     max_reprojections: int = Field(default=2, ge=0)

@@ -14,7 +14,9 @@ from __future__ import annotations
 from celery import signals
 
 from boundary.call_context import set_progress_listener
+from tasks.wiring.app import app
 from tasks.worker.calls import execute_tool, progress_events, seal_when_retries_run_out
+from tasks.worker.event_flush import SpacedEventFlush
 from tasks.worker.gc_tuning import freeze_start_up_heap
 from tasks.worker.metrics_endpoint import serve_metrics, stop_metrics
 from tasks.worker.pool_hooks import (
@@ -25,6 +27,9 @@ from tasks.worker.pool_hooks import (
 from tasks.worker.prefork_start import killed_children_do_not_fail_the_start
 from tasks.worker.startup import check_runtime
 from tasks.worker.trace_logs import add_trace_ids
+
+# The worker's task events leave at most once per ``worker_events_flush_ms``, together.
+app.steps["consumer"].add(SpacedEventFlush)
 
 # A call's heartbeats become ``task-progress`` events of the task that runs it (Flower).
 set_progress_listener(progress_events.on_progress)
