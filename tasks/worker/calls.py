@@ -9,6 +9,7 @@ every task returns, except the project step of a call that ended ERROR, which ra
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from billiard.exceptions import WorkerLostError
@@ -243,20 +244,18 @@ def _projected_in_line(runtime: Runtime, key: CanonicalKey, request: Any) -> Too
     returns its outcome: READY, its chained project task need not go; ERROR, it goes to report
     the seal. A failure here (the store's) gives None: the chained project task projects
     again, and retries the store."""
-    try:
-        with telemetry.worker_step(telemetry.PROJECT, key, request) as step:
-            outcome = project_step(
-                runtime.store,
-                runtime.registry,
-                key,
-                timeout_s=runtime.settings.projection_timeout_s,
-                project_now=_project_now,
-            )
-            step.outcome(outcome)
-    except Exception as exc:
-        logger.error("project %s in line failed: %s", key.identity, type(exc).__name__)
-        return None
-    return outcome
+    ended = _in_line(
+        key,
+        request,
+        lambda: project_step(
+            runtime.store,
+            runtime.registry,
+            key,
+            timeout_s=runtime.settings.projection_timeout_s,
+            project_now=_project_now,
+        ),
+    )
+    return ended if isinstance(ended, ToolOutcome) else None
 
 
 def _held_in_line(
@@ -266,24 +265,38 @@ def _held_in_line(
     task's thread (``Settings.project_in_line``): how the execute step ended, and the outcome
     when sealed here. A failure here (the store's) keeps the response alone (retried) and
     gives no outcome: the chained project task projects it, as after ``_projected_in_line``."""
-    key = held.record.key
-    try:
-        with telemetry.worker_step(telemetry.PROJECT, key, request) as step:
-            ended = project_held(
-                runtime.store,
-                runtime.registry,
-                held,
-                timeout_s=runtime.settings.projection_timeout_s,
-                project_now=_project_now,
-            )
-            if isinstance(ended, ToolOutcome):
-                step.outcome(ended)
-    except Exception as exc:
-        logger.error("project %s in line failed: %s", key.identity, type(exc).__name__)
+    ended = _in_line(
+        held.record.key,
+        request,
+        lambda: project_held(
+            runtime.store,
+            runtime.registry,
+            held,
+            timeout_s=runtime.settings.projection_timeout_s,
+            project_now=_project_now,
+        ),
+    )
+    if ended is None:
         return retrying(lambda: keep_held(runtime.store, held)), None
     if isinstance(ended, ExecuteResult):
         return ended, None
     return ExecuteResult.STORED, ended
+
+
+def _in_line(
+    key: CanonicalKey, request: Any, project: Callable[[], ToolOutcome | ExecuteResult]
+) -> ToolOutcome | ExecuteResult | None:
+    """Runs a project step on this task's thread as the call's project span; ``None`` when it
+    failed (the store's failure: logged by its type only)."""
+    try:
+        with telemetry.worker_step(telemetry.PROJECT, key, request) as step:
+            ended = project()
+            if isinstance(ended, ToolOutcome):
+                step.outcome(ended)
+    except Exception as exc:
+        logger.error("project %s in line failed: %s", key.identity, type(exc).__name__)
+        return None
+    return ended
 
 
 def _chained_project_reports(request: Any) -> None:
