@@ -21,6 +21,7 @@ from tasks import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
+from tests.celery.event_stream import receiving
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 
@@ -41,36 +42,15 @@ def task_events(app: Celery) -> Iterator[tuple[Counter[tuple[str, str]], list[fl
     when each message that carried a worker's buffered task events arrived (monotonic)."""
     seen: Counter[tuple[str, str]] = Counter()
     messages: list[float] = []
-    ready = threading.Event()
-    with app.connection_for_read() as connection:
-        receiver = app.events.Receiver(
-            connection,
-            handlers={"*": lambda e: seen.update([(e.get("uuid", ""), e["type"])])},
-        )
-        receive, started = receiver._receive, receiver.on_consume_ready
 
-        def counted(body: Any, message: Any) -> None:
-            events = body if isinstance(body, list) else [body]
-            if any(e.get("type") in _KINDS for e in events):
-                messages.append(time.monotonic())
-            receive(body, message)
+    def arrived(body: Any) -> None:
+        events = body if isinstance(body, list) else [body]
+        if any(e.get("type") in _KINDS for e in events):
+            messages.append(time.monotonic())
 
-        def on_consume_ready(*args: Any, **kwargs: Any) -> None:
-            started(*args, **kwargs)
-            ready.set()
-
-        receiver._receive = counted  # type: ignore[method-assign]
-        receiver.on_consume_ready = on_consume_ready  # type: ignore[method-assign]
-        thread = threading.Thread(
-            target=lambda: receiver.capture(limit=None, timeout=None, wakeup=False), daemon=True
-        )
-        thread.start()
-        assert ready.wait(10), "the event receiver never started consuming"
-        try:
-            yield seen, messages
-        finally:
-            receiver.should_stop = True
-            thread.join(10)
+    handlers = {"*": lambda e: seen.update([(e.get("uuid", ""), e["type"])])}
+    with receiving(app, handlers, arrived):
+        yield seen, messages
 
 
 def test_a_turns_task_events_all_arrive_and_leave_together(

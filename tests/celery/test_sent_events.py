@@ -3,7 +3,6 @@ published behind the send: Celery's fields, the send's time, ids only; on each b
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ from celery import Celery
 from boundary import RunContext, ToolBoundary, ToolCallEnvelope
 from tasks.wiring.app import EXECUTE, TOOLS_QUEUE
 from tests.celery.conftest import Stack
+from tests.celery.event_stream import receiving
 
 RUN = RunContext(run_id="run-sent-events", authorized_tools=frozenset({"lookup"}))
 
@@ -22,28 +22,8 @@ RUN = RunContext(run_id="run-sent-events", authorized_tools=frozenset({"lookup"}
 def sent_events(app: Celery) -> Iterator[dict[str, dict[str, Any]]]:
     """task-sent events seen on ``app``'s broker, by task id, while the block runs."""
     seen: dict[str, dict[str, Any]] = {}
-    ready = threading.Event()
-    with app.connection_for_read() as connection:
-        receiver = app.events.Receiver(
-            connection, handlers={"task-sent": lambda event: seen.setdefault(event["uuid"], event)}
-        )
-        started = receiver.on_consume_ready
-
-        def on_consume_ready(*args: Any, **kwargs: Any) -> None:
-            started(*args, **kwargs)
-            ready.set()
-
-        receiver.on_consume_ready = on_consume_ready  # type: ignore[method-assign]
-        thread = threading.Thread(
-            target=lambda: receiver.capture(limit=None, timeout=None, wakeup=False), daemon=True
-        )
-        thread.start()
-        assert ready.wait(10), "the event receiver never started consuming"
-        try:
-            yield seen
-        finally:
-            receiver.should_stop = True
-            thread.join(10)
+    with receiving(app, {"task-sent": lambda event: seen.setdefault(event["uuid"], event)}):
+        yield seen
 
 
 def _call_until_seen(boundary: ToolBoundary, seen: dict[str, dict[str, Any]]) -> tuple[str, float]:
