@@ -3,10 +3,14 @@
 chunk's one result comes back. The CLI's ``reproject`` command and the bench use it.
 
 A chunk's result is read from its key in the result backend (``get_task_meta``, Celery's
-public API), with short pauses until it is there: the client subscribes to no result, so
-no result message can come in for a chunk nobody waits on any more (Celery keeps up to
-8,192 such messages, in case a waiter comes later; a long batch would fill that buffer with
-chunks' lines), and it keeps nothing per chunk once the chunk is collected.
+public API), with short pauses until it is there, and the client keeps no subscription to
+any chunk's result: Celery's Redis backend subscribes to the result of every task it sends
+(``on_task_call``), and the client withdraws that subscription as soon as the chunk is out
+(``remove_pending_result``). Held to the chunk's end, it would bring every chunk's lines a
+second time, as a message on a connection nobody reads (Redis buffers it, up to its pub/sub
+clients' output limit, then drops the connection) or, for a client that waits on other
+results, into Celery's buffer for a later waiter (up to 8,192 messages). Nothing is kept per
+chunk once the chunk is collected.
 """
 
 from __future__ import annotations
@@ -107,7 +111,7 @@ def _chunk_argsrepr(run_ids: list[str]) -> str:
 
 class _Batch:
     """Sends chunks as ``project_runs`` tasks and reads each chunk's one result from its key
-    with a bounded wait (no subscription: nothing is kept for a chunk once collected)."""
+    with a bounded wait (no subscription is kept: nothing is kept for a chunk once collected)."""
 
     def __init__(
         self, celery_app: Celery, timeout_s: float, queue: str | None, on_done: Callable[[], None]
@@ -130,6 +134,8 @@ class _Batch:
         except Exception:
             # kombu's errors name the broker URL: none of it goes further.
             raise ReprojectError("broker") from None
+        # Its result is read from its key: no subscription (sent by ``send_task``) stays.
+        self.app.backend.remove_pending_result(result)
         return _Chunk(run_ids, result)
 
     def _meta(self, task_id: str) -> dict[str, Any]:

@@ -279,6 +279,7 @@ def test_a_long_batch_keeps_no_collected_chunk_in_the_clients_result_buffer(
 
     monkeypatch.setattr(app, "send_task", recorded)
     buffered: list[int] = []
+    subscribed: list[int] = []
 
     def drained() -> None:
         # Called as each chunk is collected: count what the client keeps (only the messages of
@@ -286,6 +287,9 @@ def test_a_long_batch_keeps_no_collected_chunk_in_the_clients_result_buffer(
         # chunk read from its key first gets its message late, at the client's next wait.
         buffered.append(len(set(app.backend._pending_messages) & set(sent)))
         app.backend.result_consumer.drain_events(timeout=0.05)
+        # Redis's own count of subscribers on the result channels of the chunks sent so far
+        channels = [app.backend.get_key_for_task(task_id) for task_id in sent]
+        subscribed.append(sum(n for _, n in app.backend.client.pubsub_numsub(*channels)))
 
     # When the batch is read to the end
     lines = list(reproject(["run-a"] * 60, chunk_size=1, celery_app=app, on_done=drained))
@@ -296,6 +300,10 @@ def test_a_long_batch_keeps_no_collected_chunk_in_the_clients_result_buffer(
     assert len(lines) == 60 and all(len(line["facts"]) == 2 for line in lines)
     assert len(sent) == 60 and len(buffered) == 60
     assert max(buffered) <= DEFAULT_MAX_IN_FLIGHT, buffered
+    # And at no collection had any chunk sent so far a subscriber on its result channel
+    # (Celery's send subscribes; held, the subscription brings each chunk's lines again, on a
+    # connection the CLI never reads)
+    assert subscribed == [0] * 60
 
 
 def test_a_long_batch_s_own_bookkeeping_of_collected_chunks_stays_bounded(
