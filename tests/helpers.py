@@ -219,6 +219,15 @@ def snapshot(redis_client: redis.Redis, key: str) -> tuple[dict[bytes, bytes], b
         client.close()
 
 
+def load_scripts(owner: object) -> None:
+    """Sends the server every Lua script ``owner`` (a store) holds, so that a count of its
+    commands sees no ``NOSCRIPT`` reload: another test on the same server may have flushed
+    the server's scripts (``SCRIPT FLUSH``) before this one."""
+    for value in vars(owner).values():
+        if isinstance(value, redis.commands.core.Script):
+            value.registered_client.script_load(value.script)
+
+
 @contextmanager
 def monitored(
     redis_client: redis.Redis, timeout_s: float = 10.0, *, round_trips: bool = False

@@ -24,9 +24,10 @@ RedisClient = redis.Redis | redis.cluster.RedisCluster
 class StoreScript(Script):
     """redis-py's ``Script``, sent as one ``EVALSHA`` command on its own client: its checks of
     the client's kind (a pipeline? a cluster pipeline?) cost more than the command's packing,
-    on every call of a script a call runs several times. A pipeline given as ``client``, and a
-    server that does not know the script yet (``NOSCRIPT``: loaded, then sent again), take
-    ``Script``'s own path."""
+    on every call of a script a call runs several times. A server that does not know the
+    script yet (``NOSCRIPT``: after a restart, a failover, ``SCRIPT FLUSH``) is sent it
+    (``SCRIPT LOAD``), then the same ``EVALSHA`` once more. A pipeline given as ``client``
+    takes ``Script``'s own path."""
 
     def __call__(
         self,
@@ -37,12 +38,13 @@ class StoreScript(Script):
         if client is not None:
             return super().__call__(keys, args, client)
         keys = keys or ()
+        command = ("EVALSHA", self.sha, len(keys), *keys, *(args or ()))
         try:
-            return self.registered_client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", self.sha, len(keys), *keys, *(args or ())
-            )
+            return self.registered_client.execute_command(*command)  # type: ignore[no-untyped-call]
         except NoScriptError:
-            return super().__call__(keys, args)
+            # (``Script.__call__`` would send the refused EVALSHA a second time before loading.)
+            self.registered_client.script_load(self.script)
+            return self.registered_client.execute_command(*command)  # type: ignore[no-untyped-call]
 
 
 def script(client: RedisClient, source: str) -> Script:

@@ -20,7 +20,7 @@ from boundary import (
 from boundary.errors import ErrorCode
 from boundary.steps import ExecuteResult, HeldRaw, execute_step, keep_held, project_held
 from boundary.store import WriteStatus, keys
-from tests.helpers import FakeTool, create_projecting, monitored
+from tests.helpers import FakeTool, create_projecting, load_scripts, monitored
 
 RESPONSE = {"hits": [{"id": 7}]}
 
@@ -59,6 +59,7 @@ def test_a_held_response_is_not_written_until_its_seal_keeps_it_in_one_script(
     assert record is not None and (record.status, record.raw) == (InvocationStatus.PROJECTING, None)
 
     # When the project step runs in line
+    load_scripts(store)
     with monitored(redis_client, round_trips=True) as commands:
         outcome = project_held(store, registry_of(FakeTool(RESPONSE)), held)
 

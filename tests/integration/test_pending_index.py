@@ -11,7 +11,7 @@ import redis
 from boundary import ErrorCode, RedisCanonicalStore
 from boundary.store import keys
 from boundary.store.base import CreateResult, CreateStatus
-from tests.helpers import create_projecting, create_terms, key_of, monitored
+from tests.helpers import create_projecting, create_terms, key_of, load_scripts, monitored
 
 
 def test_the_seal_that_ends_a_runs_last_pending_call_drops_it_from_the_index(
@@ -84,6 +84,7 @@ def test_one_pass_drops_many_ended_runs_with_one_script_call_per_chunk(
     ended = {f"ended-{n}": 1 for n in range(2500)}
     redis_client.zadd(keys.PENDING_RUNS, ended)
     stuck = create_projecting(store, "c1", run_id="stuck")
+    load_scripts(store)
     # When one reaper pass reads the index (1,000 runs per chunk: three chunks)
     with monitored(redis_client) as commands:
         assert store.due_pending() == []

@@ -32,6 +32,7 @@ from tests.helpers import (
     envelope,
     key_of,
     make_run,
+    monitored,
     register,
     snapshot,
 )
@@ -174,10 +175,15 @@ def test_each_step_of_a_call_loads_its_script_again_after_the_server_lost_them(
     redis_client.script_flush()
     assert store.store_raw(key, '{"raw":1}', attempt=1) is WriteStatus.OK
     redis_client.script_flush()
+    with monitored(redis_client, round_trips=True) as commands:
+        sealed = seal_ready(store, key)
     # Then each step loaded its script again and did its work
-    assert seal_ready(store, key) is WriteStatus.OK
+    assert sealed is WriteStatus.OK
     record = store.get(key)
     assert record is not None and record.status is InvocationStatus.READY
+    # And the refused script was sent once, loaded, and sent again: three round trips
+    sent = [c.split()[:2] for c in commands if c.split()[0] not in ("select", "client", "hello")]
+    assert sent == [["evalsha", store._seal.sha], ["script", "load"], ["evalsha", store._seal.sha]]
 
 
 def test_run_summaries_reads_many_runs_per_round_trip_and_leaves_unknown_ones_out(
