@@ -93,3 +93,29 @@ def test_dbos_peer_reports_every_figure_and_drops_its_database(tmp_path: Path) -
             "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{prefix}%",)
         ).fetchall()
     assert left == []
+
+
+def test_a_dbos_worker_is_not_ready_on_an_earlier_runs_ready_line(tmp_path: Path) -> None:
+    # Given a log dir kept from an earlier run (the same --out): its worker log says ready
+    _require_dbos()
+    from bench.peers.dbos_side import DbosWorkerProcess
+    from bench.peers.dbos_worker import READY_LINE
+    from bench.rig.workers import Pool
+
+    (tmp_path / "dbos-threads1.log").write_text(f"an earlier run\n{READY_LINE}\n")
+    # When a worker starts that cannot launch (no database answers on port 1)
+    worker = DbosWorkerProcess(
+        name="dbos",
+        db_url="postgresql://postgres@127.0.0.1:1/none",
+        queue="dbos",
+        pool=Pool("threads", 1),
+        polling_s=0.1,
+        log_dir=tmp_path,
+    )
+    try:
+        # Then it is not taken for ready: its own exit is reported, with its own log's tail
+        with pytest.raises(RuntimeError, match="did not start") as failed:
+            worker.await_ready()
+        assert "an earlier run" not in str(failed.value)
+    finally:
+        worker.stop()

@@ -107,6 +107,8 @@ class DbosWorkerProcess:
         ]
         command += ["--concurrency", str(pool.concurrency), "--polling", str(polling_s)]
         with self.log.open("ab") as out:
+            # The log is appended to: an earlier run's ready line (the same --out) is not ours.
+            self._log_start = out.tell()
             self.proc = subprocess.Popen(
                 command,
                 cwd=ROOT,
@@ -120,11 +122,17 @@ class DbosWorkerProcess:
     def pgid(self) -> int:
         return self.proc.pid
 
+    def _own_log(self) -> str:
+        """What this process wrote to its log."""
+        with self.log.open("rb") as log:
+            log.seek(self._log_start)
+            return log.read().decode(errors="replace")
+
     def await_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while self._ready_line not in self.log.read_text(errors="replace"):
+        while self._ready_line not in self._own_log():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = self.log.read_text(errors="replace")[-2000:]
+                tail = self._own_log()[-2000:]
                 raise RuntimeError(f"DBOS worker {self.name} did not start; its log ends:\n{tail}")
             time.sleep(0.1)
 
