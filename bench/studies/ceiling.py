@@ -11,9 +11,15 @@ channel of each run in flight (``SUBSCRIBE`` once a run, ``UNSUBSCRIBE`` when it
 sealed), so every seal's ``PUBLISH`` reaches a subscriber.
 
 ``--modes full`` adds, per call, the broker's and the events' round trips of our Celery chain
-of two tasks on the same server (``Driver.task_steps``: per task 8 round trips, 12 commands,
-with a real task message of ours as the payload). ``--modes inline`` is ``full`` with
-the opt-in ``TOOL_BOUNDARY_PROJECT_IN_LINE=true``: one task a call, no read back of the record.
+of two tasks on the same server (``Driver.task_steps``, with a real task message of ours as
+the payload): per task the send, its task-sent event (the execute task's from the caller's
+event thread, a round trip of its own; the project task's in the same pipeline as its send,
+as a worker chains it), the worker's pop, kombu's unacked bookkeeping at delivery and at the
+ack, and the worker's received, started and succeeded events, which a worker sends together
+at most once per ``EVENTS_FLUSH_S`` (or at ``EVENTS_BUFFER_LIMIT`` events) as one
+``PUBLISH`` (``tasks/worker/event_flush.py``; each driver is one such worker). ``--modes
+inline`` is ``full`` with the opt-in ``TOOL_BOUNDARY_PROJECT_IN_LINE=true``: one task a call,
+no read back of the record, and the seal keeps the raw response (no ``store_raw`` of its own).
 
 Per driver count (``--processes 1,2,4,8``): calls/s, the Redis server's CPU per call and its
 busy share (``INFO cpu`` over wall time), and the ceiling that CPU gives (a core's worth of
@@ -68,6 +74,11 @@ RAW = canonical_json({"ok": True})
 RESULT = canonical_json({"ok": True})
 #: The size of a task event's JSON as Celery publishes it (bytes, measured on a B3 run).
 EVENT_BYTES = 700
+#: A worker's task events go out together at most this often (the default
+#: ``TOOL_BOUNDARY_WORKER_EVENTS_FLUSH_MS``), or at once when this many are buffered
+#: (Celery's ``EventDispatcher.buffer_limit``).
+EVENTS_FLUSH_S = 0.005
+EVENTS_BUFFER_LIMIT = 24
 
 
 def _script(name: str) -> str:
@@ -95,6 +106,9 @@ class Driver:
         self.token = secrets.token_hex(4)
         self.calls = 0
         self.event = b"x" * EVENT_BYTES
+        #: The worker's task events not sent yet, and when it last sent them.
+        self.events_held = 0
+        self.events_sent_at = 0.0
 
     def keys_of(self, round_no: int) -> list[CanonicalKey]:
         return [
@@ -116,23 +130,16 @@ class Driver:
         ]
         if self.mode == "store":
             return store
-        execute = [(self.broker, step) for step in self.task_steps("execute")]
+        execute, executed = self.task_steps("execute")
         if self.mode == "inline":
             # TOOL_BOUNDARY_PROJECT_IN_LINE: one task; the project step runs on its thread
-            # with the record handed over (no read back), before the task's success and ack.
-            return [*store[:1], *execute[:6], *store[1:3], *store[4:5], *execute[6:]]
-        project = [(self.broker, step) for step in self.task_steps("project")]
+            # with the response held (no raw write, no read back): its seal keeps the raw
+            # response, before the task's success and ack.
+            return [*store[:2], *execute, (self.store, self.seal_with_raw), *executed]
+        project, projected = self.task_steps("project")
         # The execute task is sent with the call and delivered before the claim; acked after
         # the raw write, when the project task is sent; the project task acked after the seal.
-        return [
-            *store[:1],
-            *execute[:6],
-            *store[1:3],
-            *execute[6:],
-            *project[:6],
-            *store[3:5],
-            *project[6:],
-        ]
+        return [*store[:1], *execute, *store[1:3], *executed, *project, *store[3:5], *projected]
 
     def round(self, round_no: int) -> None:
         calls = self.keys_of(round_no)
@@ -142,9 +149,11 @@ class Driver:
             pipe = client.pipeline(transaction=False)
             for key in calls:
                 step(pipe, key)
+            # (a step that only buffers events sends nothing: an empty pipeline is no round trip)
             pipe.execute(raise_on_error=False)
-            if step == self.seal:
+            if step in (self.seal, self.seal_with_raw):
                 self.hear(len(calls))
+            self.flush_events()
         self.waiter.unsubscribe(*channels)
         self.calls += len(calls)
 
@@ -169,6 +178,24 @@ class Driver:
         run_keys, argv = seal_args(key, _SEAL_TERMS, now_ms=int(time.time() * 1000), index=True)
         self.scripts["seal"](keys=run_keys, args=argv, client=pipe)
 
+    def seal_with_raw(self, pipe: Any, key: CanonicalKey) -> None:
+        """The in-line seal, which keeps the held raw response (``project_held``)."""
+        terms = _SEAL_TERMS | {"raw": RAW}
+        run_keys, argv = seal_args(key, terms, now_ms=int(time.time() * 1000), index=True)
+        self.scripts["seal"](keys=run_keys, args=argv, client=pipe)
+
+    def flush_events(self) -> None:
+        """Sends the worker's held task events as one message, if the last went out
+        ``EVENTS_FLUSH_S`` ago or ``EVENTS_BUFFER_LIMIT`` are held."""
+        if not self.events_held:
+            return
+        now = time.monotonic()
+        due = now - self.events_sent_at >= EVENTS_FLUSH_S
+        if due or self.events_held >= EVENTS_BUFFER_LIMIT:
+            channel = f"/{BROKER_DB}.celeryev/task.multi"
+            self.broker.publish(channel, self.event * self.events_held)
+            self.events_held, self.events_sent_at = 0, now
+
     def hear(self, seals: int) -> None:
         """Reads ``seals`` seal notifications (the subscriptions' confirmations aside)."""
         heard, give_up = 0, time.monotonic() + NOTIFY_TIMEOUT_S
@@ -179,17 +206,28 @@ class Driver:
             if message is not None and message["type"] == "message":
                 heard += 1
 
-    def task_steps(self, task: str) -> list[Step]:
-        """One task's broker round trips: sent (LPUSH, then the task-sent event), delivered
-        (BRPOP's pop, kombu's unacked bookkeeping in MULTI/EXEC), received and started events;
-        then succeeded event and ack (MULTI/EXEC)."""
+    def task_steps(self, task: str) -> tuple[list[tuple[Any, Step]], list[tuple[Any, Step]]]:
+        """One task's broker steps, until it runs and after: sent (LPUSH, and the task-sent
+        event: for the execute task a round trip of its own, from the caller's event thread;
+        for the project task, chained by a worker, in the same pipeline), delivered (BRPOP's
+        pop, kombu's unacked bookkeeping in MULTI/EXEC), received and started events; then
+        the succeeded event and the ack (MULTI/EXEC). The worker's events are held and sent
+        together (``flush_events``)."""
         queue = f"ceiling_{task}"
+        sent_channel = f"/{BROKER_DB}.celeryev/task.sent"
 
         def tag(key: CanonicalKey) -> str:
             return f"{key.identity}:{task}"
 
         def send(pipe: Any, key: CanonicalKey) -> None:
             pipe.lpush(queue, self.message)
+
+        def sent(pipe: Any, key: CanonicalKey) -> None:
+            pipe.publish(sent_channel, self.event)
+
+        def send_with_event(pipe: Any, key: CanonicalKey) -> None:
+            send(pipe, key)
+            sent(pipe, key)
 
         def pop(pipe: Any, key: CanonicalKey) -> None:
             pipe.rpop(queue)
@@ -206,20 +244,13 @@ class Driver:
             pipe.hdel("unacked", tag(key))
             pipe.execute_command("EXEC")
 
-        def event(name: str) -> Step:
-            channel = f"/{BROKER_DB}.celeryev/task.{name}"
-            return lambda pipe, key: pipe.publish(channel, self.event)
+        def worker_event(pipe: Any, key: CanonicalKey) -> None:
+            self.events_held += 1
 
-        return [
-            send,
-            event("sent"),
-            pop,
-            deliver,
-            event("received"),
-            event("started"),
-            event("succeeded"),
-            ack,
-        ]
+        broker = self.broker
+        sending = [send, sent] if task == "execute" else [send_with_event]
+        runs = [*sending, pop, deliver, worker_event, worker_event]
+        return [(broker, step) for step in runs], [(broker, worker_event), (broker, ack)]
 
 
 _CREATE_TERMS: Any = {
