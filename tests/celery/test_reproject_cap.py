@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +188,28 @@ def test_two_jobs_on_two_workers_never_run_two_chunks_at_once_under_a_cap_of_1(
     assert row["stale_holders"] == 0
 
 
+@contextmanager
+def held_worker_at_cap_one(
+    settings: Settings, tmp_path: Path, name: str
+) -> Iterator[tuple[dict[str, Any], Path]]:
+    """The cap set to 1 by an operator (``limits set``; reset at the end) and a reprojection
+    worker of four threads whose projector holds every ``hold`` record until the file it
+    yields exists (touched at the end too). Yields ``limits set``'s answer and that file."""
+    set_ = invoke("limits", "set", CAP, "--concurrency", "1", "--json")
+    assert set_.exit_code == EXIT_OK, set_.output
+    env = worker_env(tmp_path, settings)
+    hold = Path(env[rt.HOLD_ENV])
+    try:
+        with celery_process(
+            settings, *reprojection_worker(name, 4), log=tmp_path / "w.log", extra_env=env
+        ):
+            yield json.loads(set_.output), hold
+    finally:
+        hold.touch()
+        reset = invoke("limits", "reset", CAP)
+        assert reset.exit_code == EXIT_OK, reset.output
+
+
 def test_limits_set_of_the_cap_takes_effect(
     cli_env: None,
     v1: ToolBoundary,
@@ -198,49 +220,37 @@ def test_limits_set_of_the_cap_takes_effect(
     # time by an operator
     settings = capped_settings()
     assert settings.reproject_concurrency == 2
-    set_ = invoke("limits", "set", CAP, "--concurrency", "1", "--json")
-    assert set_.exit_code == EXIT_OK, set_.output
-    view = json.loads(set_.output)
-    assert (view["concurrency"], view["override"]) == (1, {"concurrency": 1}), view
     runs = {f"h{n}": [("c1", "hold" if n == 0 else f"q{n}")] for n in range(8)}
     write_runs(v1, runs)
-    env = worker_env(tmp_path, settings)
-    hold = Path(env[rt.HOLD_ENV])
-    try:
-        with celery_process(
-            settings, *reprojection_worker("cap-set", 4), log=tmp_path / "w.log", extra_env=env
-        ):
-            # When a job of two lanes runs, one chunk of it held in its projector
-            start_job("capped", runs, "--lanes", "2", "--chunk-size", "1")
-            wait_for("the held chunk runs", lambda: redis_client.exists(rt.GAUGE_HOLDING))
+    with held_worker_at_cap_one(settings, tmp_path, "cap-set") as (view, hold):
+        assert (view["concurrency"], view["override"]) == (1, {"concurrency": 1}), view
+        # When a job of two lanes runs, one chunk of it held in its projector
+        start_job("capped", runs, "--lanes", "2", "--chunk-size", "1")
+        wait_for("the held chunk runs", lambda: redis_client.exists(rt.GAUGE_HOLDING))
 
-            # Then its other lane waits for the slot: limits and jobs show say so
-            wait_for("the other lane waits", lambda: cap_row()["waiting"] == 1)
-            row = cap_row()
-            assert (row["concurrency"], row["running"]) == (1, 1), row
-            assert row["running_by_tenant"] == {"capped": 1}
-            shown = job_state("capped")
-            assert shown["state"] == "running"
-            assert (shown["slots"]["holding"], shown["slots"]["waiting"]) == (1, 1)
-            text = invoke("jobs", "show", "capped").output
-            assert "waiting for a slot" in " ".join(text.split())
+        # Then its other lane waits for the slot: limits and jobs show say so
+        wait_for("the other lane waits", lambda: cap_row()["waiting"] == 1)
+        row = cap_row()
+        assert (row["concurrency"], row["running"]) == (1, 1), row
+        assert row["running_by_tenant"] == {"capped": 1}
+        shown = job_state("capped")
+        assert shown["state"] == "running"
+        assert (shown["slots"]["holding"], shown["slots"]["waiting"]) == (1, 1)
+        text = invoke("jobs", "show", "capped").output
+        assert "waiting for a slot" in " ".join(text.split())
 
-            # When the operator raises the cap to 2
-            raised = invoke("limits", "set", CAP, "--concurrency", "2", "--json")
-            assert raised.exit_code == EXIT_OK, raised.output
-            assert json.loads(raised.output)["started_now"] == 1
+        # When the operator raises the cap to 2
+        raised = invoke("limits", "set", CAP, "--concurrency", "2", "--json")
+        assert raised.exit_code == EXIT_OK, raised.output
+        assert json.loads(raised.output)["started_now"] == 1
 
-            # Then the waiting lane runs to its end while the held chunk still holds its slot
-            wait_for("the other lane ends", lambda: job_state("capped")["lanes_ended"] == 1)
-            assert redis_client.exists(rt.GAUGE_HOLDING)
-            hold.touch()
-            state = wait_for(
-                "the job ends", lambda: (s := job_state("capped"))["state"] != "running" and s
-            )
-    finally:
+        # Then the waiting lane runs to its end while the held chunk still holds its slot
+        wait_for("the other lane ends", lambda: job_state("capped")["lanes_ended"] == 1)
+        assert redis_client.exists(rt.GAUGE_HOLDING)
         hold.touch()
-        reset = invoke("limits", "reset", CAP)
-        assert reset.exit_code == EXIT_OK, reset.output
+        state = wait_for(
+            "the job ends", lambda: (s := job_state("capped"))["state"] != "running" and s
+        )
     assert state["state"] == "done"
     assert (state["totals"]["runs"], state["totals"]["records"]) == (8, 8)
     assert int(redis_client.get(rt.GAUGE_MAX) or 0) <= 2
@@ -345,58 +355,47 @@ def test_a_cancelled_job_s_waiting_lanes_leave_the_cap_s_line_for_the_next_job(
 ) -> None:
     # Given a cap of 1 (an operator's setting) and a worker of four threads
     settings = capped_settings()
-    set_ = invoke("limits", "set", CAP, "--concurrency", "1", "--json")
-    assert set_.exit_code == EXIT_OK, set_.output
     dead = {f"d{n}": [("c1", "hold")] for n in range(6)}
     later = {f"n{n}": [("c1", f"q{n}")] for n in range(2)}
     write_runs(v1, dead | later)
-    env = worker_env(tmp_path, settings)
-    hold = Path(env[rt.HOLD_ENV])
-    try:
-        with celery_process(
-            settings, *reprojection_worker("cap-cancel", 4), log=tmp_path / "w.log", extra_env=env
-        ):
-            # And a job of three lanes whose first chunk holds the slot (its projector held),
-            # its two other lanes waiting, and another job's lane waiting behind them
-            start_job("dead", dead, "--lanes", "3", "--chunk-size", "1")
-            wait_for("the held chunk runs", lambda: redis_client.exists(rt.GAUGE_HOLDING))
-            wait_for("the other lanes wait", lambda: cap_row()["waiting"] == 2)
-            start_job("next", later, "--lanes", "1", "--chunk-size", "1")
-            wait_for("the next job waits", lambda: cap_row()["waiting"] == 3)
+    with held_worker_at_cap_one(settings, tmp_path, "cap-cancel") as (_, hold):
+        # And a job of three lanes whose first chunk holds the slot (its projector held),
+        # its two other lanes waiting, and another job's lane waiting behind them
+        start_job("dead", dead, "--lanes", "3", "--chunk-size", "1")
+        wait_for("the held chunk runs", lambda: redis_client.exists(rt.GAUGE_HOLDING))
+        wait_for("the other lanes wait", lambda: cap_row()["waiting"] == 2)
+        start_job("next", later, "--lanes", "1", "--chunk-size", "1")
+        wait_for("the next job waits", lambda: cap_row()["waiting"] == 3)
 
-            # When the first job is cancelled
-            cancelled = invoke("jobs", "cancel", "dead")
-            assert cancelled.exit_code == EXIT_OK, cancelled.output
+        # When the first job is cancelled
+        cancelled = invoke("jobs", "cancel", "dead")
+        assert cancelled.exit_code == EXIT_OK, cancelled.output
 
-            # Then its waiting lanes have left the line at once: only the next job's waits
-            row = cap_row()
-            assert (row["running"], row["waiting"]) == (1, 1), row
-            assert row["waiting_by_tenant"] == {"next": 1}, row
-            assert job_state("dead")["lanes_ended"] == 2
-            # And a late chunk of a cancelled lane (a duplicate message) asks for no slot: it
-            # does not join the line behind which the next job waits
-            jobs = RedisJobs.of(v1.store)
-            assert jobs is not None
-            job = jobs.get("dead")
-            assert job is not None and len(job.ended) == 2
-            stray = celery_session_app.send_task(
-                REPROJECT_CHUNK, args=("dead", min(job.ended)), queue=REPROJECTIONS_QUEUE
-            ).get(timeout=GIVE_UP_S)
-            assert stray.get("state") != "waiting", stray
-            assert cap_row()["waiting_by_tenant"] == {"next": 1}
-            # And once the held chunk ends, the job ends cancelled and the next one runs
-            hold.touch()
-            ended = {
-                job_id: wait_for(
-                    f"{job_id} ends",
-                    lambda j=job_id: (s := job_state(j))["state"] not in ACTIVE and s,
-                )
-                for job_id in ("dead", "next")
-            }
-    finally:
+        # Then its waiting lanes have left the line at once: only the next job's waits
+        row = cap_row()
+        assert (row["running"], row["waiting"]) == (1, 1), row
+        assert row["waiting_by_tenant"] == {"next": 1}, row
+        assert job_state("dead")["lanes_ended"] == 2
+        # And a late chunk of a cancelled lane (a duplicate message) asks for no slot: it
+        # does not join the line behind which the next job waits
+        jobs = RedisJobs.of(v1.store)
+        assert jobs is not None
+        job = jobs.get("dead")
+        assert job is not None and len(job.ended) == 2
+        stray = celery_session_app.send_task(
+            REPROJECT_CHUNK, args=("dead", min(job.ended)), queue=REPROJECTIONS_QUEUE
+        ).get(timeout=GIVE_UP_S)
+        assert stray.get("state") != "waiting", stray
+        assert cap_row()["waiting_by_tenant"] == {"next": 1}
+        # And once the held chunk ends, the job ends cancelled and the next one runs
         hold.touch()
-        reset = invoke("limits", "reset", CAP)
-        assert reset.exit_code == EXIT_OK, reset.output
+        ended = {
+            job_id: wait_for(
+                f"{job_id} ends",
+                lambda j=job_id: (s := job_state(j))["state"] not in ACTIVE and s,
+            )
+            for job_id in ("dead", "next")
+        }
     assert ended["dead"]["state"] == "cancelled", ended["dead"]
     assert ended["dead"]["totals"]["records"] == 1  # the held chunk's one record
     assert ended["next"]["state"] == "done", ended["next"]

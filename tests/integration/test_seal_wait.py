@@ -317,12 +317,9 @@ def test_the_seal_message_carries_the_bounded_outcome_and_nothing_raw(
     assert not parsed.current(watching_since=-parsed.ttl_ms / 1000.0, now=0.0)
 
 
-def test_a_waiter_woken_by_the_seal_message_does_not_read_the_record_again(
-    store: RedisCanonicalStore, registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    boundary = ToolBoundary(store=store, registry=registry, dispatcher=_SealWaiting())
-    key = create_projecting(store, "c1")
-    reads: list[str] = []  # the status each read of the record saw
+def counted_reads(store: RedisCanonicalStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The status each read of a record (``store.get``) saw, from now on, in order."""
+    reads: list[str] = []
     read = store.get
 
     def counted(k: CanonicalKey, **kw: object) -> object:
@@ -331,6 +328,15 @@ def test_a_waiter_woken_by_the_seal_message_does_not_read_the_record_again(
         return got
 
     monkeypatch.setattr(store, "get", counted)
+    return reads
+
+
+def test_a_waiter_woken_by_the_seal_message_does_not_read_the_record_again(
+    store: RedisCanonicalStore, registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    boundary = ToolBoundary(store=store, registry=registry, dispatcher=_SealWaiting())
+    key = create_projecting(store, "c1")
+    reads = counted_reads(store, monkeypatch)
     # Sealed ERROR while waited on: the outcome comes from the message
     threading.Timer(0.2, store.seal_error, args=(key, ErrorCode.TOOL_TIMEOUT)).start()
     outcome = boundary.outcome(key.run_id, key.tool_call_id, timeout=LONG_S)
@@ -361,15 +367,7 @@ def test_an_outcome_after_submit_on_a_watched_run_needs_no_read(
     dispatcher = Sealing()
     boundary = ToolBoundary(store=store, registry=registry, dispatcher=dispatcher)
     run = make_run()
-    reads: list[str] = []
-    read = store.get
-
-    def counted(k: CanonicalKey, **kw: object) -> object:
-        got = read(k, **kw)  # type: ignore[arg-type]
-        reads.append(got.status.value if got is not None else "MISSING")
-        return got
-
-    monkeypatch.setattr(store, "get", counted)
+    reads = counted_reads(store, monkeypatch)
     # The run's first call: nobody watched its channel when it was created, so it is read
     assert boundary.submit(envelope("s0"), run).accepted
     assert boundary.outcome(run.run_id, "s0", timeout=LONG_S).status.value == "READY"
@@ -396,15 +394,7 @@ def test_a_project_tasks_async_result_woken_by_the_seal_message_reads_no_more(
     store: RedisCanonicalStore, record_app: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = create_projecting(store, "c1")
-    seen: list[str] = []  # the status each read of the record saw
-    read = store.get
-
-    def counted(k: CanonicalKey, **kw: object) -> object:
-        got = read(k, **kw)  # type: ignore[arg-type]
-        seen.append(got.status.value if got is not None else "MISSING")
-        return got
-
-    monkeypatch.setattr(store, "get", counted)
+    seen = counted_reads(store, monkeypatch)
     result = record_app.AsyncResult(key.task_id("project"))  # type: ignore[attr-defined]
     threading.Timer(0.2, _ready, args=(store, key)).start()
     value = result.get(timeout=LONG_S)
