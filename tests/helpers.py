@@ -110,6 +110,13 @@ class FakeProjector:
         return self.value
 
 
+class EchoProjector:
+    """A projector whose result is the raw response itself, evidence found."""
+
+    def project(self, raw: Any, request: dict[str, Any]) -> Projection:
+        return Projection(evidence_status=EvidenceStatus.EVIDENCE_FOUND, result=raw)
+
+
 def no_evidence(scope: Any) -> Projection:
     return Projection(evidence_status=EvidenceStatus.NO_EVIDENCE, result={"hits": []}, scope=scope)
 

@@ -18,7 +18,6 @@ from boundary import (
     ErrorCode,
     EvidenceStatus,
     InvocationStatus,
-    Projection,
     RedisCanonicalStore,
     RunContext,
     ToolBoundary,
@@ -33,12 +32,7 @@ from boundary.steps import ExecuteResult, execute_step, send_attempt
 from boundary.store import WriteStatus, keys
 from boundary.store.flow import FlowStanding, ToolLimits
 from tests import otel
-from tests.helpers import FakeTool, create_projecting, create_terms, key_of
-
-
-class Found:
-    def project(self, raw: Any, request: dict[str, Any]) -> Projection:
-        return Projection(evidence_status=EvidenceStatus.EVIDENCE_FOUND, result=raw)
+from tests.helpers import EchoProjector, FakeTool, create_projecting, create_terms, key_of
 
 
 class Recorder:
@@ -117,7 +111,7 @@ def test_a_seal_without_an_attempt_is_not_fenced(store: RedisCanonicalStore) -> 
 
 def registry_of(executor: Any) -> ToolRegistry:
     return ToolRegistry(
-        [ToolSpec(name="search", executor=executor, projector=Found(), read_only=True)]
+        [ToolSpec(name="search", executor=executor, projector=EchoProjector(), read_only=True)]
     )
 
 
@@ -190,7 +184,7 @@ def limited() -> ToolRegistry:
             ToolSpec(
                 name="one",
                 executor=FakeTool({"x": 1}),
-                projector=Found(),
+                projector=EchoProjector(),
                 read_only=True,
                 concurrency=1,
             )
@@ -348,7 +342,7 @@ def test_a_slot_lease_sets_how_long_a_silent_attempt_keeps_its_call(
     spec = ToolSpec(
         name="leased",
         executor=run,
-        projector=Found(),
+        projector=EchoProjector(),
         read_only=True,
         heartbeat_timeout_s=1.0,
         slot_lease_s=7.0,
@@ -361,7 +355,11 @@ def test_a_slot_lease_sets_how_long_a_silent_attempt_keeps_its_call(
 
 
 def test_a_slot_lease_is_for_tools_that_heartbeat_and_never_shorter() -> None:
-    common: dict[str, Any] = {"executor": FakeTool(), "projector": Found(), "read_only": True}
+    common: dict[str, Any] = {
+        "executor": FakeTool(),
+        "projector": EchoProjector(),
+        "read_only": True,
+    }
     with pytest.raises(ValidationError):
         ToolSpec(name="t", slot_lease_s=5.0, **common)
     with pytest.raises(ValidationError):

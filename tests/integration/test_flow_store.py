@@ -27,7 +27,7 @@ from boundary.flow import Flow
 from boundary.reaper import Retries, sweep_flow
 from boundary.store import keys
 from boundary.store.flow import Admitted, FlowStanding, ToolLimits
-from tests.helpers import FakeTool, create_terms, monitored, wait_until
+from tests.helpers import EchoProjector, FakeTool, create_terms, monitored, wait_until
 from tests.servers import RedisServer, redis_cluster
 
 
@@ -52,15 +52,8 @@ class Recorder:
         return None
 
 
-class Quiet:
-    def project(self, raw: Any, request: dict[str, Any]) -> Any:
-        from boundary import EvidenceStatus, Projection
-
-        return Projection(evidence_status=EvidenceStatus.EVIDENCE_FOUND, result=raw)
-
-
 def tools() -> ToolRegistry:
-    common: dict[str, Any] = {"projector": Quiet(), "read_only": True}
+    common: dict[str, Any] = {"projector": EchoProjector(), "read_only": True}
     return ToolRegistry(
         [
             ToolSpec(name="free", executor=FakeTool({"x": 1}), **common),
@@ -178,7 +171,7 @@ def test_tool_busy_leaves_no_record_and_no_charge(store: RedisCanonicalStore) ->
             ToolSpec(
                 name="tiny",
                 executor=FakeTool({}),
-                projector=Quiet(),
+                projector=EchoProjector(),
                 read_only=True,
                 concurrency=1,
                 max_waiting=0,
@@ -322,7 +315,7 @@ def test_a_limited_tool_on_a_redis_cluster_runs_one_at_a_time_across_runs(
             ToolSpec(
                 name="solo",
                 executor=one_at_a_time,
-                projector=Quiet(),
+                projector=EchoProjector(),
                 read_only=True,
                 concurrency=1,
             )

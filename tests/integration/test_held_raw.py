@@ -9,7 +9,6 @@ from typing import Any
 import redis
 
 from boundary import (
-    EvidenceStatus,
     InvocationStatus,
     Projection,
     RedisCanonicalStore,
@@ -20,14 +19,9 @@ from boundary import (
 from boundary.errors import ErrorCode
 from boundary.steps import ExecuteResult, HeldRaw, execute_step, keep_held, project_held
 from boundary.store import WriteStatus, keys
-from tests.helpers import FakeTool, create_projecting, load_scripts, monitored
+from tests.helpers import EchoProjector, FakeTool, create_projecting, load_scripts, monitored
 
 RESPONSE = {"hits": [{"id": 7}]}
-
-
-class Found:
-    def project(self, raw: Any, request: dict[str, Any]) -> Projection:
-        return Projection(evidence_status=EvidenceStatus.EVIDENCE_FOUND, result=raw)
 
 
 class Broken:
@@ -36,7 +30,9 @@ class Broken:
 
 
 def registry_of(tool: Any, projector: Any = None) -> ToolRegistry:
-    spec = ToolSpec(name="search", executor=tool, projector=projector or Found(), read_only=True)
+    spec = ToolSpec(
+        name="search", executor=tool, projector=projector or EchoProjector(), read_only=True
+    )
     return ToolRegistry([spec])
 
 
