@@ -23,4 +23,7 @@ __all__ = ["PROBE_ENV", "registry"]
 def _report_frozen(**_: Any) -> None:
     path = os.environ.get(PROBE_ENV)
     if path:
-        Path(path).write_text(str(gc.get_freeze_count()))
+        # Written whole or not at all: the test reads it as soon as it exists.
+        written = Path(f"{path}.tmp")
+        written.write_text(str(gc.get_freeze_count()))
+        written.replace(path)

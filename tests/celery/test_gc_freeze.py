@@ -11,6 +11,7 @@ import pytest
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 from tests.gc_probe import PROBE_ENV
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +33,8 @@ def test_a_worker_freezes_its_start_up_heap_only_when_set(freeze: bool, tmp_path
         log=log,
         extra_env={PROBE_ENV: str(probe)},
     ):
+        # (the worker answers its first ping before its pool process may have started)
+        wait_until(probe.exists, "the pool process reports its frozen count")
         text = log.read_text(errors="replace")
     # Then its pool process started with the worker's start-up objects frozen (or none)
     frozen = int(probe.read_text())
