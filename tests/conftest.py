@@ -65,7 +65,7 @@ OWN_KEYS = re.compile(
 
 
 #: xdist workers of a plain ``pytest`` run. The suite waits on Redis, workers and timeouts far
-#: more than it computes: on two cores, two workers took 616-630 s and three 454-474 s (load
+#: more than it computes: on two cores, two workers took 616-630 s and three 454-504 s (load
 #: average 2-5 with three); ``-n 0`` runs serially.
 DEFAULT_WORKERS = 3
 
