@@ -177,6 +177,7 @@ def test_reproject_memory_reports_every_process_peak_at_each_size(tmp_path: Path
         for command in ("sealed", "current"):
             assert size[command]["exit"] == 0, size[command]
             assert positive(size[command]["max_rss_mb"])
+            assert size[command]["redis_out_buffer_peak_mb"] >= 0
         assert len(size["workers_peak_mb"]) == 2
         for name, peaks in size["workers_peak_mb"].items():
             assert peaks and max(peaks) >= max(size["workers_ready_mb"][name])

@@ -9,7 +9,10 @@ raw responses kept, written by the store's own scripts), on the bench's DBs of o
 - ``current``: ``tool-boundary reproject --projectors current --all --out /dev/null`` (a dry-run
   job on ``reprojections``, which the command follows to its end).
 
-Each command is its own process: its peak RSS is the kernel's ``ru_maxrss`` of that child. Each
+Each command is its own process: its peak RSS is the kernel's ``ru_maxrss`` of that child.
+While it runs, the Redis server's client list is read every ``SAMPLE_S``: the largest output
+buffer any client had (``omem``; a pub/sub connection nobody reads grows there) is the
+command's ``redis_out_buffer_peak_mb``, server-wide, so a quiet server's. Each
 worker (``--processes`` of ``--pool`` per queue, started for the size and stopped after it) is
 read from ``/proc``: the peak RSS (``VmHWM``) of every process of its group, after it answered
 its first ping (``ready``) and after both commands (``peak``).
@@ -27,9 +30,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import redis
 
 from bench.rig.workers import Pool, settings_env
 from bench.studies.b8_reproject import workers
@@ -76,8 +82,44 @@ def group_peaks_mb(pgid: int) -> list[float]:
     return sorted(peaks, reverse=True)
 
 
-def run_command(env: dict[str, str], args: tuple[str, ...]) -> dict[str, Any]:
-    """Runs ``tool-boundary args`` to its end: exit code, seconds, peak RSS (MB)."""
+#: Seconds between two reads of the server's client list while a command runs.
+SAMPLE_S = 0.1
+
+
+class OutputBuffers:
+    """The largest output buffer (``omem``, bytes) any client of ``server`` had, read every
+    ``SAMPLE_S`` on a thread of its own between ``start`` and ``stop``."""
+
+    def __init__(self, server: redis.Redis) -> None:
+        self.server = server
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            try:
+                clients = self.server.client_list()
+            except redis.RedisError:
+                clients = []
+            self.peak = max([self.peak, *(int(c.get("omem", 0)) for c in clients)])
+            if self._stop.wait(SAMPLE_S):
+                return
+
+    def start(self) -> OutputBuffers:
+        self._thread.start()
+        return self
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def run_command(env: dict[str, str], args: tuple[str, ...], server: redis.Redis) -> dict[str, Any]:
+    """Runs ``tool-boundary args`` to its end: exit code, seconds, peak RSS (MB), and the
+    largest output buffer of a client of ``server`` meanwhile (MB)."""
+    buffers = OutputBuffers(server).start()
     began = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tasks.cli", *args],
@@ -89,10 +131,12 @@ def run_command(env: dict[str, str], args: tuple[str, ...]) -> dict[str, Any]:
     stderr = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.perf_counter() - began
     return {
         "exit": proc.returncode,
-        "seconds": round(time.perf_counter() - began, 2),
+        "seconds": round(seconds, 2),
         "max_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "redis_out_buffer_peak_mb": round(buffers.stop() / 2**20, 2),
         "stderr_tail": stderr.decode(errors="replace")[-300:] if proc.returncode else "",
     }
 
@@ -117,7 +161,7 @@ def measure_size(
         started = first + second
         result["workers_ready_mb"] = {w.name: group_peaks_mb(w.pgid) for w in started}
         for name, args in COMMANDS.items():
-            result[name] = run_command(env, args)
+            result[name] = run_command(env, args, store.client)
             print(f"memory: {records:,} {name}: {result[name]}", file=sys.stderr)
         result["workers_peak_mb"] = {w.name: group_peaks_mb(w.pgid) for w in started}
     return result
@@ -126,8 +170,9 @@ def measure_size(
 def table(results: list[dict[str, Any]]) -> str:
     rows = [
         "| records | write s | CLI sealed: max RSS MB (s) | CLI current: max RSS MB (s) "
+        "| Redis output buffer peak, MB (sealed / current) "
         "| workers ready, MB | workers peak, MB |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
 
@@ -138,6 +183,8 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| {r['records']:,} | {r['write_s']} "
             f"| {r['sealed']['max_rss_mb']} ({r['sealed']['seconds']}) "
             f"| {r['current']['max_rss_mb']} ({r['current']['seconds']}) "
+            f"| {r['sealed']['redis_out_buffer_peak_mb']} "
+            f"/ {r['current']['redis_out_buffer_peak_mb']} "
             f"| {peaks(r['workers_ready_mb'])} | {peaks(r['workers_peak_mb'])} |"
         )
     return "\n".join(rows)
