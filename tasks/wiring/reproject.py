@@ -134,8 +134,11 @@ class _Batch:
         except Exception:
             # kombu's errors name the broker URL: none of it goes further.
             raise ReprojectError("broker") from None
-        # Its result is read from its key: no subscription (sent by ``send_task``) stays.
-        self.app.backend.remove_pending_result(result)
+        try:
+            # Its result is read from its key: no subscription (sent by ``send_task``) stays.
+            self.app.backend.remove_pending_result(result)
+        except Exception:
+            raise ReprojectError("result backend") from None
         return _Chunk(run_ids, result)
 
     def _meta(self, task_id: str) -> dict[str, Any]:

@@ -436,6 +436,30 @@ def test_an_unreachable_broker_raises_reproject_error() -> None:
     assert "hunter2" not in str(raised.value)
 
 
+def test_a_result_backend_failing_as_a_chunk_goes_out_raises_reproject_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a client whose result backend fails as it withdraws a sent chunk's subscription
+    app = Celery("tb-test-backend-down")
+    app.conf.update(broker_url=redis_url(BROKER_DB), result_backend=redis_url(BACKEND_DB))
+
+    def down(result: Any) -> Any:
+        raise redis.ConnectionError("Error connecting to redis://:hunter2-pw@10.0.0.9:6379/13")
+
+    monkeypatch.setattr(app.backend, "remove_pending_result", down)
+
+    # When a batch is sent (to a queue nobody consumes, emptied afterwards)
+    try:
+        with pytest.raises(ReprojectError) as raised:
+            list(reproject(["run-a"], celery_app=app, queue="tb-test-nobody"))
+    finally:
+        redis.Redis.from_url(redis_url(BROKER_DB)).delete("tb-test-nobody")
+
+    # Then the error names the part that failed, and none of the driver's text
+    assert raised.value.part == "result backend"
+    assert "hunter2" not in str(raised.value) and raised.value.__cause__ is None
+
+
 def test_store_db_is_the_workers(celery_settings: Settings) -> None:
     # The CLI's and the worker's store must be the same DB for these tests to mean anything.
     assert celery_settings.store_url == redis_url(STORE_DB)
