@@ -174,15 +174,14 @@ class Driver:
         worker often has it handed over from the execute step)."""
         pipe.hgetall(keys.record_key(key))
 
-    def seal(self, pipe: Any, key: CanonicalKey) -> None:
-        run_keys, argv = seal_args(key, _SEAL_TERMS, now_ms=int(time.time() * 1000), index=True)
+    def seal(self, pipe: Any, key: CanonicalKey, terms: Any = None) -> None:
+        terms = _SEAL_TERMS if terms is None else terms
+        run_keys, argv = seal_args(key, terms, now_ms=int(time.time() * 1000), index=True)
         self.scripts["seal"](keys=run_keys, args=argv, client=pipe)
 
     def seal_with_raw(self, pipe: Any, key: CanonicalKey) -> None:
         """The in-line seal, which keeps the held raw response (``project_held``)."""
-        terms = _SEAL_TERMS | {"raw": RAW}
-        run_keys, argv = seal_args(key, terms, now_ms=int(time.time() * 1000), index=True)
-        self.scripts["seal"](keys=run_keys, args=argv, client=pipe)
+        self.seal(pipe, key, _SEAL_WITH_RAW_TERMS)
 
     def flush_events(self) -> None:
         """Sends the worker's held task events as one message, if the last went out
@@ -267,6 +266,7 @@ _SEAL_TERMS: Any = {
     "agent_result": RESULT,
     "scope": None,
 }
+_SEAL_WITH_RAW_TERMS: Any = _SEAL_TERMS | {"raw": RAW}
 
 
 def _drive(make: Callable[[], Any], until: float, counts: Any, n: int) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from boundary import RunContext, ToolCallEnvelope
+from boundary import RunContext
 from tasks import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.wiring.app import create_app
@@ -24,6 +24,7 @@ from tests.celery.conftest import RUN
 from tests.celery.event_stream import receiving
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.helpers import envelope
 
 pytestmark = pytest.mark.slow
 
@@ -73,12 +74,7 @@ def test_a_turns_task_events_all_arrive_and_leave_together(
             )
             # When a turn of calls runs (each an execute task and a project task)
             envelopes = [
-                ToolCallEnvelope(
-                    run_id=run.run_id,
-                    tool_call_id=f"flush-{n}",
-                    tool_name="lookup",
-                    arguments={"query": f"q{n}"},
-                )
+                envelope(f"flush-{n}", {"query": f"q{n}"}, run_id=run.run_id, tool_name="lookup")
                 for n in range(CALLS)
             ]
             outcomes = boundary.invoke_many(envelopes, run, timeout=CALL_TIMEOUT_S)
