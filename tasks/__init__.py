@@ -31,6 +31,7 @@ import tasks.worker.signals  # noqa: E402, F401
 from tasks.runtime import exit_on_invalid_settings  # noqa: E402
 from tasks.wiring.app import app, configure  # noqa: E402
 from tasks.wiring.dispatcher import CeleryDispatcher  # noqa: E402
+from tasks.wiring.from_env import aboundary_from_env, boundary_from_env  # noqa: E402
 from tasks.worker.calls import execute_tool, project_result, reap_stuck_calls  # noqa: E402
 from tasks.worker.jobs import reproject_chunk as reproject_chunk  # noqa: E402
 from tasks.worker.metrics_endpoint import MetricsEndpoint as MetricsEndpoint  # noqa: E402
@@ -45,7 +46,9 @@ if "celery.bin.celery" in sys.modules:
 
 __all__ = [
     "CeleryDispatcher",
+    "aboundary_from_env",
     "app",
+    "boundary_from_env",
     "configure",
     "execute_tool",
     "project_result",

@@ -24,13 +24,8 @@ class Runtime:
     registry: ToolRegistry
 
     def boundary(self, dispatcher: Dispatcher) -> ToolBoundary:
-        return ToolBoundary(
-            store=self.store,
-            registry=self.registry,
-            dispatcher=dispatcher,
-            max_pending_s=self.settings.max_pending_s,
-            reap_grace_s=self.settings.reap_grace_s,
-        )
+        """A boundary on this runtime's store and registry (``boundary_from_settings``)."""
+        return boundary_from_settings(self.settings, self.registry, dispatcher, store=self.store)
 
 
 def registry_or_empty(settings: Settings) -> ToolRegistry:
@@ -52,6 +47,27 @@ def store_from_settings(settings: Settings) -> RedisCanonicalStore:
         cluster=settings.store_is_cluster(),
         memory_watermark=settings.memory_watermark,
         wait_replicas=settings.redis_wait_replicas,
+    )
+
+
+def boundary_from_settings(
+    settings: Settings,
+    registry: ToolRegistry,
+    dispatcher: Dispatcher,
+    *,
+    store: RedisCanonicalStore | None = None,
+) -> ToolBoundary:
+    """The ``ToolBoundary`` ``settings`` name, as every process builds it: workers (through
+    ``get_runtime``), the programs and ``tasks.boundary_from_env`` alike, so a caller and
+    its workers agree on limits, TTL, Cluster mode, memory watermark, replicas and the
+    pending and reap times. ``store``: one built from ``settings`` already
+    (``store_from_settings``), else one is built."""
+    return ToolBoundary(
+        store=store if store is not None else store_from_settings(settings),
+        registry=registry,
+        dispatcher=dispatcher,
+        max_pending_s=settings.max_pending_s,
+        reap_grace_s=settings.reap_grace_s,
     )
 
 
