@@ -1,6 +1,8 @@
 """tool-boundary's core: preflight, the canonical store, lifecycle, limits, safe errors.
 
-No Celery here; ``tasks`` wires this to Celery.
+No Celery here; ``tasks`` wires this to Celery. ``__all__`` lists the public names by role;
+the worker's own steps (``boundary.steps``) and every other part are reached through their
+modules.
 """
 
 from boundary.call_context import CallCancelled, CallInfo, current_call, heartbeat
@@ -41,50 +43,53 @@ from boundary.registry import (
     load_registry,
 )
 from boundary.schema import SchemaError
-from boundary.steps import execute_step, project_step
 from boundary.store import CanonicalStore, RedisCanonicalStore
 
-__all__ = [
-    "BoundaryError",
-    "CallCancelled",
-    "CallInfo",
-    "CallProgress",
-    "CanonicalKey",
-    "CanonicalRecord",
-    "CanonicalStore",
-    "ConfigurationError",
-    "DispatchError",
+__all__ = [  # noqa: RUF022 (grouped by role, sorted within each group)
+    # Calls: the boundary an agent's tool loop calls, a run's policy, a call, a dispatcher.
     "Dispatcher",
-    "ErrorCode",
-    "EvidenceStatus",
     "InProcessDispatcher",
-    "InvocationStatus",
-    "Limits",
-    "ObservedFact",
-    "ObservedFacts",
+    "RunBoundary",
+    "RunContext",
+    "ToolBoundary",
+    "ToolCallEnvelope",
+    # Tools and projectors: declaring tools, and measuring what a projector keeps.
     "Projection",
     "Projector",
     "RateLimit",
-    "RedisCanonicalStore",
     "RetryPolicy",
-    "RunBoundary",
-    "RunContext",
     "RunProgressProjector",
+    "ToolRegistry",
+    "ToolSpec",
+    "canonical_json",
+    "load_registry",
+    "utf8_size",
+    # Records and outcomes: what a call leaves and what a caller gets back.
+    "CallProgress",
+    "CanonicalKey",
+    "CanonicalRecord",
+    "EvidenceStatus",
+    "InvocationStatus",
+    "ObservedFact",
+    "ObservedFacts",
+    "Submission",
+    "ToolOutcome",
+    # Inside a tool: the running call, its heartbeat, its cancellation.
+    "CallCancelled",
+    "CallInfo",
+    "current_call",
+    "heartbeat",
+    # Errors: the stable codes agents see, and what the library raises.
+    "BoundaryError",
+    "ConfigurationError",
+    "DispatchError",
+    "ErrorCode",
     "SchemaError",
     "StoreError",
     "StoreUnavailable",
-    "Submission",
-    "ToolBoundary",
-    "ToolCallEnvelope",
-    "ToolOutcome",
-    "ToolRegistry",
-    "ToolSpec",
     "ToolTimeout",
-    "canonical_json",
-    "current_call",
-    "execute_step",
-    "heartbeat",
-    "load_registry",
-    "project_step",
-    "utf8_size",
+    # Stores: the canonical store and its byte limits.
+    "CanonicalStore",
+    "Limits",
+    "RedisCanonicalStore",
 ]

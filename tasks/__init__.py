@@ -33,11 +33,8 @@ from tasks.wiring.app import app, configure  # noqa: E402
 from tasks.wiring.dispatcher import CeleryDispatcher  # noqa: E402
 from tasks.wiring.from_env import aboundary_from_env, boundary_from_env  # noqa: E402
 from tasks.worker.calls import execute_tool, project_result, reap_stuck_calls  # noqa: E402
-from tasks.worker.jobs import reproject_chunk as reproject_chunk  # noqa: E402
-from tasks.worker.metrics_endpoint import MetricsEndpoint as MetricsEndpoint  # noqa: E402
-from tasks.worker.runs import project_run as project_run  # noqa: E402
-from tasks.worker.runs import project_runs as project_runs  # noqa: E402
-from tasks.worker.trace_logs import TraceIds as TraceIds  # noqa: E402
+from tasks.worker.jobs import reproject_chunk  # noqa: E402
+from tasks.worker.runs import project_run, project_runs  # noqa: E402
 
 if "celery.bin.celery" in sys.modules:
     # Loaded by the ``celery`` command (worker, beat, flower): a bad setting ends it here, as
@@ -45,12 +42,18 @@ if "celery.bin.celery" in sys.modules:
     exit_on_invalid_settings()
 
 __all__ = [
+    # Calls: a caller's boundary from the settings the workers read, its dispatcher, the app.
     "CeleryDispatcher",
     "aboundary_from_env",
     "app",
     "boundary_from_env",
     "configure",
+    # Worker steps: the Celery tasks ``celery -A tasks worker`` runs (sent by name; the
+    # worker's other parts are reached through ``tasks.worker``).
     "execute_tool",
     "project_result",
+    "project_run",
+    "project_runs",
     "reap_stuck_calls",
+    "reproject_chunk",
 ]
