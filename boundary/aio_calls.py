@@ -27,9 +27,9 @@ from boundary.call_steps import (
     outcome_from_message,
     prepare,
     refuse,
-    rejected,
     settled,
     time_left,
+    turned_away,
 )
 from boundary.dispatch import adispatch_call
 from boundary.door import Door
@@ -110,8 +110,8 @@ class AsyncCalls:
         try:
             created = await store.create(key, **prepared.create)
         except StoreError:
-            return rejected(envelope, key, ErrorCode.STORE_UNAVAILABLE)
-        refused = refuse(envelope, key, created, replay=replay)
+            return turned_away(key, ErrorCode.STORE_UNAVAILABLE)
+        refused = refuse(key, created, replay=replay)
         if refused is not None:
             return refused
         try:

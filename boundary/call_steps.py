@@ -88,13 +88,7 @@ def prepare(
     )
 
 
-def refuse(
-    envelope: ToolCallEnvelope,
-    key: CanonicalKey,
-    created: CreateResult,
-    *,
-    replay: bool = False,
-) -> Submission | None:
+def refuse(key: CanonicalKey, created: CreateResult, *, replay: bool = False) -> Submission | None:
     """``None`` when the call was created; else what ``submit`` answers (a replay of the
     same call is an accepted submission of the existing key)."""
     if created.status is CreateStatus.CREATED:
@@ -103,7 +97,7 @@ def refuse(
         return Submission(key=key, accepted=True, replayed=True)
     code = created.status.error_code
     assert code is not None
-    return rejected(envelope, key, code)
+    return turned_away(key, code)
 
 
 def rejected(
@@ -117,6 +111,11 @@ def rejected(
     call_id = envelope.tool_call_id if is_safe_id(envelope.tool_call_id) else None
     outcome = ToolOutcome.error(call_id, code, path=path)
     return Submission(key=key, accepted=False, outcome=outcome)
+
+
+def turned_away(key: CanonicalKey, code: ErrorCode) -> Submission:
+    """A call refused after preflight: its key holds the call's id exactly as given (safe)."""
+    return Submission(key=key, accepted=False, outcome=ToolOutcome.error(key.tool_call_id, code))
 
 
 def dispatch_failed(key: CanonicalKey, record: CanonicalRecord | None) -> Submission:

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from boundary import telemetry
 from boundary.models import CanonicalKey, ToolOutcome
@@ -25,9 +25,11 @@ class Dispatcher(Protocol):
     def dispatch(self, key: CanonicalKey) -> None:
         """Starts the call; raises when it cannot be handed over."""
 
-    def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
-        """The projected outcome as a dict, or ``None`` when the backend has none (gone,
-        never written, or not ready within ``timeout``); the caller then reads the record."""
+    def wait(self, key: CanonicalKey, timeout: float | None) -> bool:
+        """Waits at most ``timeout`` seconds for the call's projected outcome: True when it
+        came, False when the backend has none (gone, never written, or not ready in time).
+        Either way the caller then reads the record, which decides. (A dispatcher written for
+        the earlier protocol, answering the outcome as a dict or ``None``, still works.)"""
 
 
 @runtime_checkable
@@ -193,12 +195,11 @@ class InProcessDispatcher:
                     del self._running[key.identity]
             running.done.set()
 
-    def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
+    def wait(self, key: CanonicalKey, timeout: float | None) -> bool:
+        """True once the call's steps ran here and projected it, within ``timeout``."""
         with self._lock:
             running = self._running.get(key.identity)
         if running is None:
             # Not running here (finished, inline, or dispatched elsewhere): the record answers.
-            return None
-        if not running.done.wait(timeout) or running.outcome is None:
-            return None
-        return running.outcome.model_dump(mode="json")
+            return False
+        return running.done.wait(timeout) and running.outcome is not None

@@ -26,8 +26,8 @@ from boundary.call_steps import (
     key_of,
     prepare,
     refuse,
-    rejected,
     time_left,
+    turned_away,
 )
 from boundary.dispatch import dispatch_many
 from boundary.door import CallTerms
@@ -37,15 +37,8 @@ from boundary.models import CanonicalKey, RunContext, Submission, ToolCallEnvelo
 from boundary.store.base import CreateResult
 from boundary.store.flow import Admitted, ToolLimits
 from boundary.store.seal_wait import SyncSealWatch
-from boundary.sync_calls import (
-    admit,
-    await_outcome,
-    await_seal,
-    seal_dispatch_failed,
-    seal_watch,
-    wait_slice,
-    withdraw,
-)
+from boundary.sync_calls import admit, seal_dispatch_failed, withdraw
+from boundary.waits import await_outcome, await_seal, seal_watch, wait_slice
 
 logger = logging.getLogger(__name__)
 
@@ -77,14 +70,14 @@ def submit_many(
         limits = flow.limits(prepared.create["tool_name"]) if isinstance(flow, Flow) else None
         if limits is not None:
             assert isinstance(flow, Flow)
-            admitted = _admit(terms, flow, limits, prepared, envelope, run=run)
+            admitted = _admit(terms, flow, limits, prepared, run=run)
             if isinstance(admitted, Submission):
                 answers[i] = admitted
                 continue
             limited = admitted
         ready.append((i, prepared, limited))
     if ready:
-        _create_and_send(terms, envelopes, ready, answers)
+        _create_and_send(terms, ready, answers)
     assert all(answer is not None for answer in answers)
     return [answer for answer in answers if answer is not None]
 
@@ -94,13 +87,12 @@ def _admit(
     flow: Flow,
     limits: ToolLimits,
     prepared: Prepared,
-    envelope: ToolCallEnvelope,
     *,
     run: RunContext,
 ) -> _Limited | Submission:
     """A limited call's slot or place in line, asked for before its record exists (as
-    ``sync_calls._submit_limited``): TOOL_BUSY when its line is full and it is new."""
-    admitted = admit(terms, flow, limits, prepared, envelope, run=run)
+    ``sync_calls.submit``): TOOL_BUSY when its line is full and it is new."""
+    admitted = admit(terms, flow, limits, prepared, run=run)
     if isinstance(admitted, Submission):
         return admitted
     return _Limited(limits, admitted, admitted in (Admitted.GRANTED, Admitted.WAITING))
@@ -108,7 +100,6 @@ def _admit(
 
 def _create_and_send(
     terms: CallTerms,
-    envelopes: Sequence[ToolCallEnvelope],
     ready: list[tuple[int, Prepared, _Limited | None]],
     answers: list[Submission | None],
 ) -> None:
@@ -120,12 +111,12 @@ def _create_and_send(
     except StoreError:
         for i, prepared, limited in ready:
             _give_back(flow, prepared, limited)
-            answers[i] = rejected(envelopes[i], prepared.key, ErrorCode.STORE_UNAVAILABLE)
+            answers[i] = turned_away(prepared.key, ErrorCode.STORE_UNAVAILABLE)
         return
     to_send: list[tuple[int, Prepared]] = []
     to_line: list[tuple[int, Prepared, _Limited]] = []
     for (i, prepared, limited), result in zip(ready, created, strict=True):
-        refused = refuse(envelopes[i], prepared.key, result)
+        refused = refuse(prepared.key, result)
         if refused is not None:
             _give_back(flow, prepared, limited)
             answers[i] = refused

@@ -118,14 +118,14 @@ def _check(outcome: ToolOutcome) -> None:
 
 def wait_sliced(dispatcher: CeleryDispatcher, key: CanonicalKey) -> Any:
     """Waits on one call's project task exactly as ``ToolBoundary.outcome`` waits on ours:
-    ``CeleryDispatcher.wait`` on the project task alone, in slices of ``POLL_S`` (a missed
-    wake-up costs one slice, never a hang). A chain's last ``AsyncResult.get()`` would also
-    read every parent's result key (8 GETs a call against our 3): a handicap that flattered
-    us, so the peers do not wait that way. Only the record reads between slices are ours
-    alone: a peer has no record."""
+    ``CeleryDispatcher.wait`` (its ``result``) on the project task alone, in slices of
+    ``POLL_S`` (a missed wake-up costs one slice, never a hang). A chain's last
+    ``AsyncResult.get()`` would also read every parent's result key (8 GETs a call against
+    our 3): a handicap that flattered us, so the peers do not wait that way. Only the record
+    reads between slices are ours alone: a peer has no record."""
     give_up = time.monotonic() + CALL_TIMEOUT_S
     while True:
-        value = dispatcher.wait(key, POLL_S)
+        value = dispatcher.result(key, POLL_S)
         if value is not None:
             return value
         if time.monotonic() > give_up:

@@ -242,8 +242,15 @@ class CeleryDispatcher:
         except Exception:
             raise DispatchError() from None
 
-    def wait(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
-        """The project task's result, waiting at most ``timeout`` seconds.
+    def wait(self, key: CanonicalKey, timeout: float | None) -> bool:
+        """True when the call's project step ended within ``timeout`` seconds (its record
+        then holds the outcome the caller reads), False else (``Dispatcher.wait``)."""
+        return self.result(key, timeout) is not None
+
+    def result(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
+        """The project task's result (the bounded outcome as a dict), waiting at most
+        ``timeout`` seconds; ``None`` when there is none by then. For waiters without the
+        record at hand (the benchmark's peers); a boundary's waits use ``wait``.
 
         On our apps (``tasks.wiring.results.BoundaryCelery``) that result is the sealed record,
         waited for on its seal notification (``_wait_record``). On another app's backend:

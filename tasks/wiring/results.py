@@ -22,7 +22,6 @@ new call, which a cached result would answer for).
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -32,8 +31,9 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from pydantic import ValidationError
 
 from boundary import CanonicalKey, CanonicalRecord, RedisCanonicalStore, ToolOutcome
-from boundary.call_steps import outcome_from_message
+from boundary.call_steps import give_up_at, time_left
 from boundary.steps import outcome_from_record
+from boundary.waits import on_seal, polling, wait_sealed
 from tasks.settings import Settings
 from tasks.wiring.failures import ToolCallFailed
 
@@ -113,49 +113,42 @@ class RecordResults:
 
     def record_meta(self, key: CanonicalKey) -> dict[str, Any]:
         """The project task's Celery meta, as the record now says."""
-        return self._read_meta(key)[0]
-
-    def _read_meta(self, key: CanonicalKey) -> tuple[dict[str, Any], CanonicalRecord | None]:
-        """``record_meta`` and the record it was made from."""
         record = record_store(self.app).get(key, with_raw=False)
-        outcome = None if record is None else outcome_from_record(record)
-        return _outcome_meta(key, outcome), record
+        return _outcome_meta(key, None if record is None else outcome_from_record(record))
 
     def wait_record(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
         """The project task's meta once the record is sealed, waiting at most ``timeout``
         seconds (``None``: no limit); ``None`` when it is not sealed by then.
 
-        Watches the seal notification first, then reads the record, so a seal is either
-        seen by the read or wakes the wait. Every step is cut to the time left; without a
-        notification (RESP3, or its connection failing) the record is read every
-        ``POLL_S``.
+        Watches the seal notification first, then reads the record (``wait_sealed``, the
+        one loop of every blocking wait), so a seal is either seen by the read or wakes the
+        wait. Every step is cut to the time left; without a notification (RESP3, or its
+        connection failing) the record is read every ``POLL_S``. A missing record is a task
+        still PENDING, as Celery answers for an unknown task id: waited on.
         """
-        give_up = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        give_up = give_up_at(timeout)
+        store = record_store(self.app)
 
-        def left() -> float:
-            return SLICE_S if give_up is None else min(SLICE_S, give_up - time.monotonic())
+        def read() -> ToolOutcome | CanonicalRecord | None:
+            record = store.get(key, with_raw=False)
+            return None if record is None else outcome_from_record(record) or record
 
-        watch = record_store(self.app).watch_seal(key)
+        watch = store.watch_seal(key)
         try:
             if watch is not None:
-                watch.attach(max(left(), 0.0))
-            while True:
-                meta, record = self._read_meta(key)
-                if meta["status"] in states.READY_STATES:
-                    return meta
-                step = left()
-                if step <= 0:
-                    return None
-                if watch is None:
-                    time.sleep(min(step, POLL_S))
-                elif watch.wait(step):
-                    # Woken by the call's seal message: it carries the outcome (no read).
-                    outcome = outcome_from_message(watch.sealed(), record)
-                    if outcome is not None:
-                        return _outcome_meta(key, outcome)
+                left = time_left(give_up)
+                watch.attach(SLICE_S if left is None else min(SLICE_S, left))
+            outcome = wait_sealed(
+                read,
+                polling(POLL_S) if watch is None else on_seal(watch),
+                lambda record: None,
+                give_up=give_up,
+                slice_s=SLICE_S,
+            )
         finally:
             if watch is not None:
                 watch.__exit__()
+        return None if outcome is None else _outcome_meta(key, outcome)
 
     # -- Celery's backend API, for project task ids --
 
