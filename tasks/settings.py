@@ -126,7 +126,7 @@ class Settings(BaseSettings, LimitFields):
     memory_watermark: float = Field(default=0.9, gt=0, le=1)
     #: Publish a task-sent event for every task sent (Flower then shows a call's tasks as
     #: SENT before a worker takes them). A dispatcher's events are published behind its sends,
-    #: from a thread of their own (``tasks.wiring.publisher.SentEvents``): off saves that PUBLISH
+    #: from a thread of their own (``tasks.wiring.sent_events.SentEvents``): off saves that PUBLISH
     #: and its CPU, not the caller's wait; Flower still sees received, started and succeeded.
     task_sent_events: bool = True
     #: Re-projection chunks running at once across every worker and every job (the fleet's

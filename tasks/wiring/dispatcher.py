@@ -14,8 +14,10 @@ from kombu.entity import Queue
 from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
 from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.wiring.failures import ToolCallFailed
-from tasks.wiring.publisher import HeldEvents, PublishThread, SentEvents, publisher_app
+from tasks.wiring.publish_thread import PublishThread
+from tasks.wiring.publisher import publisher_app
 from tasks.wiring.results import RecordResults
+from tasks.wiring.sent_events import HeldEvents, SentEvents
 from tasks.wiring.turn_messages import publish_turn
 
 #: Longest step between two looks at a result on a backend that does not push results.

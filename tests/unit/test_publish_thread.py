@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tasks.wiring.publisher import PublishThread
+from tasks.wiring.publish_thread import PublishThread
 
 
 class Boom(Exception):

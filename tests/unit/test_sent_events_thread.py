@@ -14,7 +14,7 @@ import pytest
 from celery import Celery
 from celery.events.state import State
 
-from tasks.wiring.publisher import SentEvents
+from tasks.wiring.sent_events import SentEvents
 
 
 class Producer:
@@ -95,7 +95,7 @@ def test_an_event_that_cannot_be_published_is_dropped_with_a_warning_naming_no_u
     events = _events(producer)
 
     # When a send hands its event over
-    with caplog.at_level(logging.WARNING, logger="tasks.wiring.publisher"):
+    with caplog.at_level(logging.WARNING, logger="tasks.wiring.sent_events"):
         events.publish("task-sent", FIELDS, producer=None)
         assert events.flush(10)
 
@@ -171,9 +171,9 @@ def test_a_forked_child_starts_afresh_even_if_the_parent_s_thread_held_the_lock(
     events._queue.append(("task-sent", dict(FIELDS)))
 
     # When the fork hook runs in the child
-    from tasks.wiring import publisher
+    from tasks.wiring import sent_events
 
-    publisher._reset_in_child()
+    sent_events._reset_in_child()
 
     # Then the child's publish is not blocked by the parent's lock, and the parent's queued
     # event is not published twice
