@@ -99,7 +99,7 @@ class CeleryDispatcher:
     @property
     def waits_on_seal(self) -> bool:
         """True when ``wait`` watches the record's seal (our apps' backend): a caller with
-        the store at hand may watch it itself (``boundary.sync_calls.await_seal``)."""
+        the store at hand may watch it itself (``boundary.waits.await_seal``)."""
         return isinstance(self.app.backend, RecordResults)
 
     def dispatch(self, key: CanonicalKey) -> None:
