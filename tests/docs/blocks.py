@@ -2,7 +2,7 @@
 treats a Python block (``docs/contributing.md``, "The docs"):
 
 - ``<!-- docs-test: skip: REASON -->`` on the line right before a block (blank lines
-  between allowed): the block is not run, and says why;
+  between allowed): the block is not run, and says why (on a shell block it just says why);
 - ``<!-- docs-test: setup`` ... ``-->``: Python run at that point of the page, before the
   blocks after it (names an example takes for granted; invisible on the site).
 """
