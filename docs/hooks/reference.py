@@ -88,8 +88,20 @@ def field_comment(cls: type, name: str) -> str | None:
 
 
 def cell(text: str) -> str:
-    """Text fit for one cell of a Markdown table."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text fit for one cell of a Markdown table: a pipe outside a code span is escaped (one
+    inside a code span is not a cell's end, and its escape would show)."""
+    pieces = text.replace("\n", " ").split("`")
+    return "`".join(
+        piece if number % 2 else piece.replace("|", "\\|") for number, piece in enumerate(pieces)
+    )
+
+
+def type_name(annotation: Any) -> str:
+    """A field's type as a reader writes it: ``str | None``, ``ErrorCode``, ``SecretStr``."""
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    text = text or str(annotation)
+    text = re.sub(r"<(?:class|enum) '([\w.]+)'>", r"\1", text).replace("NoneType", "None")
+    return re.sub(r"\b(?:[a-z_]\w*\.)+(\w+)", r"\1", text)
 
 
 # --- settings --------------------------------------------------------------------------------
@@ -133,15 +145,18 @@ def settings_rows() -> Iterator[tuple[str, str, str, str]]:
                     f"{cls.__name__}.{name} has no '#:' comment: say above the field what "
                     "the setting does and why its default"
                 )
-            kind = getattr(field.annotation, "__name__", None) or str(field.annotation)
-            kind = kind.replace("typing.", "")
-            yield prefix + name.upper(), kind, setting_default(field), comment
+            yield (
+                prefix + name.upper(),
+                type_name(field.annotation),
+                setting_default(field),
+                comment,
+            )
 
 
 def render_settings() -> str:
     out = ["| variable | type | default | what it does |", "|---|---|---|---|"]
     for variable, kind, default, comment in settings_rows():
-        out.append(f"| `{variable}` | `{cell(kind)}` | {cell(default)} | {cell(comment)} |")
+        out.append(f"| `{variable}` | {cell(f'`{kind}`')} | {cell(default)} | {cell(comment)} |")
     return "\n".join(out)
 
 
@@ -279,10 +294,8 @@ def render_record() -> str:
     comments = doc_comments(CanonicalRecord)
     out = ["| field | type | what it holds |", "|---|---|---|"]
     for name, field in CanonicalRecord.model_fields.items():
-        kind = str(field.annotation).replace("typing.", "").replace("boundary.models.", "")
-        kind = re.sub(r"<(?:class|enum) '([\w.]+)'>", r"\1", kind).replace("NoneType", "None")
-        kind = re.sub(r"\b(?:[a-z_]\w*\.)+(\w+)", r"\1", kind)
-        out.append(f"| `{name}` | `{cell(kind)}` | {cell(comments.get(name, ''))} |")
+        kind = type_name(field.annotation)
+        out.append(f"| `{name}` | {cell(f'`{kind}`')} | {cell(comments.get(name, ''))} |")
     return "\n".join(out)
 
 
