@@ -41,9 +41,8 @@ def namespace(redis_client: redis.Redis) -> Iterator[dict[str, Any]]:
     registry = ToolRegistry()
     for spec in load_registry(DEFAULT_TOOLS):
         registry.register(spec)
-    boundary = ToolBoundary(
-        store=store, registry=registry, dispatcher=InProcessDispatcher(store, registry)
-    )
+    dispatcher = InProcessDispatcher(store, registry)
+    boundary = ToolBoundary(store=store, registry=registry, dispatcher=dispatcher)
     run = RunContext(
         run_id="run-7",
         authorized_tools={spec.name for spec in registry if spec.read_only},
@@ -63,6 +62,9 @@ def namespace(redis_client: redis.Redis) -> Iterator[dict[str, Any]]:
         "run": run,
         "call": call,
     }
+    # Calls a block submitted without waiting finish before the store's DB is flushed.
+    for running in list(dispatcher._running.values()):
+        running.done.wait(30)
 
 
 def run_block(block: Block, namespace: dict[str, Any]) -> None:
