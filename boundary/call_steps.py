@@ -198,7 +198,7 @@ def key_of(run_id: str, tool_call_id: str) -> CanonicalKey | None:
 
 #: Past a wait's own timeout, a read of the record it makes may take this long before the
 #: wait gives up on a silent store (``STORE_UNAVAILABLE``): a wait ends by its timeout plus
-#: this, whatever the store client's socket timeout (``docs/WAITS.md``).
+#: this, whatever the store client's socket timeout (``docs/explanation/waits.md``).
 READ_GRACE_S = 0.4
 
 

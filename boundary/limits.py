@@ -27,12 +27,22 @@ class LimitFields(BaseModel):
     """The size limits' fields, defaults and bounds, declared once for ``Limits`` and for the
     worker settings (``tasks.settings.Settings``: one ``TOOL_BOUNDARY_*`` variable each)."""
 
+    #: Largest request (the call's arguments, canonical JSON) preflight accepts; past it the
+    #: call is refused REQUEST_TOO_LARGE and nothing is stored.
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, gt=0)
+    #: Largest raw tool response kept in a record; past it the call ends RESULT_TOO_LARGE, the
+    #: response neither stored nor truncated and the projector not run.
     max_raw_bytes: int = Field(default=DEFAULT_MAX_RAW_BYTES, gt=0)
+    #: Largest whole record (request, raw response, result, scope) a seal may write.
     max_record_bytes: int = Field(default=DEFAULT_MAX_RECORD_BYTES, gt=0)
+    #: Largest bounded result (with its scope) an agent may get; past it RESULT_TOO_LARGE.
     max_agent_result_bytes: int = Field(default=DEFAULT_MAX_AGENT_RESULT_BYTES, gt=0)
+    #: Deepest nesting of the arguments' JSON preflight accepts (INVALID_ARGUMENTS past it).
     max_json_depth: int = Field(default=DEFAULT_MAX_JSON_DEPTH, gt=0)
+    #: Most observed facts a run's observation returns; the rest are counted, never dropped
+    #: silently.
     max_facts: int = Field(default=DEFAULT_MAX_FACTS, ge=0)
+    #: Largest observation (its facts' canonical JSON); past it facts are cut and counted.
     max_facts_bytes: int = Field(default=DEFAULT_MAX_FACTS_BYTES, ge=0)
 
 

@@ -127,19 +127,33 @@ class CanonicalRecord(_Frozen):
     ``raw`` is Harness-only: it never reaches an agent.
     """
 
+    #: The run the call belongs to (a safe id, the key's hash tag).
     run_id: str
+    #: The framework's own id of the call, used exactly as given.
     tool_call_id: str
+    #: The registered tool the call names.
     tool_name: str
+    #: PROJECTING until sealed, then READY or ERROR, once.
     status: InvocationStatus
+    #: EVIDENCE_FOUND or NO_EVIDENCE when READY, ERROR when ERROR; ``None`` while PROJECTING.
     evidence_status: EvidenceStatus | None = None
+    #: The call's complete arguments object, as canonical JSON.
     request: str
+    #: The tool's complete raw response (Harness-only; never truncated or previewed).
     raw: str | None = None
+    #: The bounded result the agent gets, from the projector.
     agent_result: str | None = None
+    #: What the result covers (the projector's scope), kept with a NO_EVIDENCE result too.
     scope: str | None = None
+    #: The stable code of an ERROR record.
     error_code: ErrorCode | None = None
+    #: The call's acceptance order within its run (facts are read in this order).
     seq: int
+    #: When the create script accepted the call (Redis's clock).
     created_at: datetime
+    #: The record's last write or heartbeat.
     updated_at: datetime
+    #: The run's deadline, copied at create; ``None``: none.
     deadline: datetime | None = None
     #: Why the tool or projector failed (type and frame, never the message); Harness-only.
     diagnostic: Diagnostic | None = None
@@ -153,8 +167,9 @@ class CanonicalRecord(_Frozen):
     started_at: datetime | None = None
     #: The tool's last stored heartbeat in this attempt.
     heartbeat_at: datetime | None = None
-    #: The tool's last reported fraction done (0..1) and status line (agent-visible).
+    #: The tool's last reported fraction done (0..1).
     progress: float | None = None
+    #: The tool's last status line (agent-visible: never raw data).
     progress_message: str | None = None
     #: The version of the projector that sealed the record (``ToolSpec.projector_version``);
     #: ``None`` for a record sealed before versions were written, or sealed with no

@@ -118,7 +118,7 @@ class ToolSpec(BaseModel):
     #: call), seconds; at least ``heartbeat_timeout_s``, whose value it takes by default. A
     #: longer lease suits a tool whose hosts pause (long GC pauses, throttled containers):
     #: fewer false reclaims, at the price of a slot held that much longer when a worker dies.
-    #: Only for a tool that heartbeats (docs/FLOW.md, "Paused holders").
+    #: Only for a tool that heartbeats (docs/how-to/flow-control.md, "Paused holders").
     slot_lease_s: float | None = Field(default=None, gt=0)
     #: How lost or timed-out attempts are run again (default: never).
     retry: RetryPolicy = Field(default_factory=RetryPolicy)

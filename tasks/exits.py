@@ -10,13 +10,16 @@ from typing import NoReturn
 
 #: Success.
 EXIT_OK = 0
-#: The record or run does not exist (or has expired); the demo: a call did not end as scripted.
+#: The record or run does not exist (or has expired; ``reproject --run``: nothing is sent);
+#: the demo: a call did not end as scripted.
 EXIT_NOT_FOUND = 1
-#: Bad usage: unknown command or option, a missing or unsafe id, invalid ``TOOL_BOUNDARY_*``
-#: settings, a tool registry that cannot be loaded.
+#: Bad usage: unknown command or option, a missing argument or unsafe id, ``--run`` and
+#: ``--all`` together or neither, invalid ``TOOL_BOUNDARY_*`` settings, a tool registry that
+#: cannot be loaded.
 EXIT_USAGE = 2
-#: The store, broker, result backend or workers are unreachable, or some runs could not be
-#: reprocessed.
+#: The store, broker, result backend or workers are unreachable (no worker consumes the
+#: call queues: ``demo --no-worker``), or some runs could not be reprocessed (their lines
+#: carry the error).
 EXIT_UNAVAILABLE = 3
 #: An unexpected internal error (a bug): its type is printed, never its message.
 EXIT_INTERNAL = 4

@@ -36,8 +36,13 @@ class Settings(BaseSettings, LimitFields):
         env_prefix="TOOL_BOUNDARY_", extra="ignore", hide_input_in_errors=True
     )
 
+    #: The store's Redis (``redis://``, ``rediss://``, ``redis+sentinel://``, a Cluster node);
+    #: ``None``: ``redis://127.0.0.1:6379/0`` (the demo embeds a server instead).
     redis_url: str | None = None
+    #: Celery's broker (``None``: the store's URL, so one Redis is enough to start).
     broker_url: str | None = None
+    #: Celery's result backend (``None``: the store's URL); the outcome itself is always read
+    #: from the sealed record.
     result_backend: str | None = None
     #: Import path of the ``ToolRegistry`` workers load, ``package.module:attribute``.
     tools: str = DEFAULT_TOOLS
@@ -46,6 +51,7 @@ class Settings(BaseSettings, LimitFields):
     #: A call may stay PROJECTING this long (or until its run's deadline, if sooner) before
     #: the reaper may seal it WORKER_LOST.
     max_pending_s: float = Field(default=DEFAULT_MAX_PENDING_S, gt=0)
+    #: Extra time past a call's deadline before the reaper may seal it WORKER_LOST.
     reap_grace_s: float = Field(default=DEFAULT_REAP_GRACE_S, ge=0)
     #: How often beat runs the reaper: a call whose tool stopped heartbeating is found within
     #: its ``heartbeat_timeout_s`` plus about this.

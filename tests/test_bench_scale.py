@@ -1,7 +1,7 @@
 """``python -m bench.studies.ceiling`` and ``python -m bench.studies.scaling`` with tiny sizes, so
-the measures behind docs/SCALING.md cannot rot: every figure is there and positive, the store steps
-the ceiling drives leave sealed records behind them (they are the store's real scripts), and the
-bench's DBs are left empty. No timing is checked."""
+the measures behind docs/explanation/scaling.md cannot rot: every figure is there and positive,
+the store steps the ceiling drives leave sealed records behind them (they are the store's real
+scripts), and the bench's DBs are left empty. No timing is checked."""
 
 from __future__ import annotations
 

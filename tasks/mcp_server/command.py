@@ -46,7 +46,8 @@ def mcp_command(
     A request names its run (opened with ToolBoundary.open_run) in _meta
     "tool-boundary/run_id", or --run names one for the whole server. HTTP binds 127.0.0.1;
     any other address needs TOOL_BOUNDARY_MCP_TOKEN, sent by clients as a bearer token, or
-    OAuth issuers (TOOL_BOUNDARY_MCP_RESOURCE and TOOL_BOUNDARY_MCP_AUTH_ISSUERS: docs/MCP.md).
+    OAuth issuers (TOOL_BOUNDARY_MCP_RESOURCE and TOOL_BOUNDARY_MCP_AUTH_ISSUERS:
+    docs/how-to/mcp-oauth.md).
     MCP has no call id: without --require-call-id the server mints one for a request whose
     _meta names none (returned in the result's _meta).
     """

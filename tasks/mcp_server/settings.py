@@ -25,11 +25,13 @@ class MCPSettings(BaseSettings, CallOptions):
     loopback, enforced on loopback too when set. It is never logged or echoed.
 
     The ``AUTH_*`` settings, ``RESOURCE``, ``TENANT_CLAIM``, ``SCOPE_CLAIMS`` and ``JWKS_*``
-    make the HTTP server an OAuth 2.1 resource server instead (``docs/MCP.md``).
+    make the HTTP server an OAuth 2.1 resource server instead (``docs/how-to/mcp-oauth.md``).
     """
 
     model_config = SettingsConfigDict(env_prefix="TOOL_BOUNDARY_MCP_", extra="ignore")
 
+    #: The static bearer token of ``--transport http``: required off loopback unless OAuth
+    #: issuers are set, enforced on loopback too once set; never logged or echoed.
     token: SecretStr | None = None
 
     #: The server's canonical URI (RFC 8707), e.g. ``https://mcp.example.com/mcp``: a token's

@@ -40,8 +40,8 @@ reconnect and the worker exits (measured every time with a threads worker). Here
   last connection pool (kombu forgot the address, the pool has it) once the broker answers
   again; if it still cannot, it is logged and the message is left to the visibility timeout.
 
-The reproductions for kombu upstream are ``docs/KOMBU_ACK_OOM.md`` and
-``docs/KOMBU_LOST_CONNECTION.md``.
+The reproductions for kombu upstream are ``docs/explanation/kombu-ack-oom.md`` and
+``docs/explanation/kombu-lost-connection.md``.
 """
 
 from __future__ import annotations

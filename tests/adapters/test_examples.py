@@ -37,8 +37,8 @@ def test_every_example_is_listed() -> None:
     assert found == set(SDKS)
 
 
-def test_the_readme_table_gives_each_examples_glue_lines() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_docs_table_gives_each_examples_glue_lines() -> None:
+    readme = (ROOT / "docs" / "how-to" / "agent-frameworks.md").read_text(encoding="utf-8")
     rows = re.findall(
         r"^\| [^|]+ \| `tool-boundary\[[a-z-]+\]` \| `examples\.frameworks\.(\w+)` \| (\d+) \|$",
         readme,

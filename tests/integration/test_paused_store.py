@@ -1,6 +1,7 @@
 """A store whose Redis stops answering (SIGSTOP: the kernel still accepts connections, Redis
 answers nothing): a submit, an outcome read and a heartbeat each give up on their own bound
-(``docs/WAITS.md``, "When Redis stops answering") instead of waiting for Redis to come back.
+(``docs/explanation/waits.md``, "When Redis stops answering") instead of waiting for Redis to
+come back.
 
 Each call runs on a thread while the server stays paused; the test waits for it at most
 ``GIVE_UP_S`` (a call that waited for Redis would never return while it is paused), then

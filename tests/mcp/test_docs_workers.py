@@ -1,4 +1,4 @@
-"""The worker commands a newcomer copies from the README serve every queue of the tools it
+"""The worker commands a newcomer copies from the docs serve every queue of the tools it
 serves: with the default registry (``examples.tools:registry``), the long example tools run on
 ``long``, so a worker started ``-Q tools,projections`` never runs them and a long MCP call
 waits until the client gives up."""
@@ -14,16 +14,16 @@ from boundary.registry import load_registry
 from tasks.settings import DEFAULT_TOOLS
 from tasks.wiring.app import PROJECTIONS_QUEUE
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: A worker command's queues: ``celery -A tasks worker ... -Q a,b``.
 WORKER_QUEUES = re.compile(r"celery -A tasks worker\b[^`\n]*?-Q (?P<queues>[\w,]+)")
 
 
-def section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
+def section(page: str) -> str:
+    """The page's text up to its second-level sections (what a newcomer follows first)."""
+    text = (DOCS / page).read_text()
+    end = text.find("\n## ")
+    return text[: end if end != -1 else len(text)]
 
 
 def default_queues() -> set[str]:
@@ -32,11 +32,9 @@ def default_queues() -> set[str]:
     return {spec.queue for spec in registry} | {PROJECTIONS_QUEUE}
 
 
-@pytest.mark.parametrize(
-    "title", ["Serving the tools over MCP", "With real Redis, workers and Flower"]
-)
+@pytest.mark.parametrize("title", ["how-to/mcp.md", "getting-started/first-deployment.md"])
 def test_the_readmes_worker_commands_consume_every_queue_of_the_default_tools(title: str) -> None:
-    # Given the README section a newcomer follows, and the queues of the tools it serves
+    # Given the docs page a newcomer follows, and the queues of the tools it serves
     needed = default_queues()
     assert "long" in needed  # scan_metrics, audit_metrics
 

@@ -1,5 +1,5 @@
 """A limited tool's MCP task says why it has not started: its ``statusMessage`` is "waiting for
-a slot (N ahead)" while it waits in its tool's line (``docs/FLOW.md``)."""
+a slot (N ahead)" while it waits in its tool's line (``docs/how-to/flow-control.md``)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ defaults have it), and a broker of its own for the cases that pause only one of 
 case pauses a server, waits a little over a second (so the store's ``INFO memory`` reading is
 due again, as it is for most submits), times one call, and resumes the server. A call that
 waited for Redis to come back would take the whole pause. Prints (JSON) each case's seconds
-and what it answered; the bounds are in ``docs/WAITS.md``.
+and what it answered; the bounds are in ``docs/explanation/waits.md``.
 """
 
 from __future__ import annotations

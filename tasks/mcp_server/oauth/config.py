@@ -19,7 +19,7 @@ METADATA_PATH = "/.well-known/oauth-protected-resource"
 
 @dataclass(frozen=True)
 class OAuthConfig:
-    """What the resource server checks; ``TOOL_BOUNDARY_MCP_*`` in ``docs/MCP.md``."""
+    """What the resource server checks; ``TOOL_BOUNDARY_MCP_*`` in ``docs/how-to/mcp-oauth.md``."""
 
     resource: str
     jwks_uris: dict[str, str]
