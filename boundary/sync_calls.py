@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from boundary import telemetry
+from boundary import formats, telemetry
 from boundary.call_steps import (
     READ_GRACE_S,
     Prepared,
@@ -338,8 +338,8 @@ def _read(
     plus ``READ_GRACE_S`` (``STORE_UNAVAILABLE`` when the store is silent that long)."""
     try:
         record = _bounded_get(terms, key, give_up)
-    except StoreError:
-        return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+    except StoreError as exc:
+        return ToolOutcome.error(key.tool_call_id, formats.failure_code(exc))
     done = settled(key, record)
     if done is not None:
         return done
