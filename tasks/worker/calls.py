@@ -15,10 +15,11 @@ from typing import Any
 from billiard.exceptions import WorkerLostError
 from celery.exceptions import SoftTimeLimitExceeded
 
-from boundary import CanonicalKey, ErrorCode, StoreError, ToolOutcome, telemetry
+from boundary import CanonicalKey, ErrorCode, StoreError, ToolOutcome, handback, telemetry
 from boundary.call_steps import key_of
 from boundary.flow import Flow
 from boundary.formats import FormatTooNew
+from boundary.handback import HANDED_BACK
 from boundary.reaper import Retries, reap_once
 from boundary.steps import (
     AttemptTerms,
@@ -243,7 +244,8 @@ def _attempt_failed(
     if executed is ExecuteResult.SEALED and record.error_code is ErrorCode.CANCELLED:
         return ErrorCode.CANCELLED.value
     if executed is ExecuteResult.HANDED_ON and record.attempt > attempt:
-        return SUPERSEDED
+        # A draining worker's hand-back is shown as such (boundary.handback).
+        return HANDED_BACK if handback.handed_back(key, attempt) else SUPERSEDED
     return None
 
 
