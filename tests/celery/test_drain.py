@@ -38,6 +38,7 @@ def _started(call_id: str) -> bool:
     return record is not None and record.started_at is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pool", ["threads", "prefork"])
 def test_a_draining_worker_hands_its_long_calls_back_and_another_runs_them(
     pool: str,
