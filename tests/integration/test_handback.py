@@ -4,18 +4,23 @@ ends only the execute steps' in-line runs (``Watchdog.end_now``)."""
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from boundary import CanonicalKey, handback
 from boundary.call_context import CallCancelled, CallScope
 from boundary.store.base import WriteStatus
 from boundary.store.redis import RedisCanonicalStore
 from boundary.tool_threads import Watchdog
+from tasks.cli.main import cli
 from tests import otel
+from tests.conftest import STORE_DB, redis_url
 from tests.helpers import create_projecting
 
 
@@ -92,3 +97,16 @@ def test_a_drain_ends_only_the_runs_marked_drainable() -> None:
     assert done.wait(10)
     time.sleep(0.2)
     assert ended == ["marked"]
+
+
+def test_show_prints_the_hand_backs(
+    store: RedisCanonicalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key, scope = _running(store)
+    assert handback.hand_back(store, key, scope, send=None, reap_after_s=60, reap_grace_s=1) is None
+    monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", redis_url(STORE_DB))
+    shown = CliRunner().invoke(cli, ["show", key.run_id, key.tool_call_id, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["handbacks"] == 1
+    table = CliRunner().invoke(cli, ["show", key.run_id, key.tool_call_id])
+    assert re.search(r"handbacks\s+1", table.output), table.output
