@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from boundary import telemetry
+from boundary import formats, telemetry
 from boundary.admission import admission
 from boundary.call_steps import (
     READ_GRACE_S,
@@ -272,8 +272,8 @@ async def await_outcome(
                         return done
                 # Seals come in bursts (one read of the notifier wakes every sealed call).
                 await admission().turn()
-    except StoreError:
-        return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+    except StoreError as exc:
+        return ToolOutcome.error(key.tool_call_id, formats.failure_code(exc))
 
 
 def _sealed(watch: Any) -> SealMessage | None:

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
+from boundary import formats
 from boundary.errors import ErrorCode
 from boundary.models import (
     CanonicalKey,
@@ -156,6 +157,9 @@ def outcome_from_message(
     or it does not parse as a seal."""
     if message is None:
         return None
+    if message.format > formats.CURRENT:  # sealed by a newer version (boundary.formats)
+        formats.refused("seal message", message.format)
+        return ToolOutcome.error(message.tool_call_id, ErrorCode.FORMAT_TOO_NEW)
     if record is not None and (
         message.created_at_ms != round(record.created_at.timestamp() * 1000)
         or message.attempt < record.attempt

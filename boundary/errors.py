@@ -45,6 +45,9 @@ class ErrorCode(StrEnum):
     WORKER_LOST = "WORKER_LOST"
     #: A PROJECTING call ended by a cancel request (``ToolBoundary.cancel``, MCP tasks/cancel).
     CANCELLED = "CANCELLED"
+    #: A record or message of a newer format than this version reads (a mixed-version fleet:
+    #: ``boundary.formats``; upgrade workers first).
+    FORMAT_TOO_NEW = "FORMAT_TOO_NEW"
     # Lookups.
     RECORD_NOT_FOUND = "RECORD_NOT_FOUND"
 
@@ -91,6 +94,7 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.DISPATCH_FAILED: "The call could not be handed to a worker.",
     ErrorCode.WORKER_LOST: "The worker running the call was lost.",
     ErrorCode.CANCELLED: "The call was cancelled before it finished.",
+    ErrorCode.FORMAT_TOO_NEW: "The call was written by a newer version than this one reads.",
     ErrorCode.RECORD_NOT_FOUND: "No such call is known, or its record has expired.",
 }
 
@@ -140,6 +144,7 @@ SEAL_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.DISPATCH_FAILED,
         ErrorCode.WORKER_LOST,
         ErrorCode.CANCELLED,
+        ErrorCode.FORMAT_TOO_NEW,
         ErrorCode.RUN_DEADLINE_EXCEEDED,
         ErrorCode.STORE_UNAVAILABLE,
     }

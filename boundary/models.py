@@ -175,6 +175,9 @@ class CanonicalRecord(_Frozen):
     #: ``None`` for a record sealed before versions were written, or sealed with no
     #: projection (the tool failed).
     projector_version: str | None = None
+    #: Attempts of the call a draining worker handed back to another one (SIGTERM past
+    #: ``TOOL_BOUNDARY_WORKER_DRAIN_S``): not counted as retries of the tool.
+    handbacks: int = 0
 
     @property
     def key(self) -> CanonicalKey:

@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol, TypedDict, get_args, overload, runtim
 
 from pydantic import BaseModel, ValidationError
 
-from boundary import telemetry
+from boundary import handback, telemetry
 from boundary.call_context import (
     DEFAULT_HEARTBEAT_INTERVAL_S,
     CallCancelled,
@@ -392,8 +392,26 @@ def execute_step(
     # either).
     retry = timeout_s >= spec.timeout_s
 
+    @handback.drainable  # a draining worker ends the run early (boundary.handback)
     def overdue() -> ExecuteResult:
         # On the watchdog's side, at the deadline, while the tool may still run in line.
+        if handback.draining() and scope.time_left_s > 0:
+            sender = terms.sender
+            refused = handback.hand_back(
+                store,
+                key,
+                scope,
+                send=None
+                if sender is None
+                else lambda moved: send_attempt(
+                    store, sender, key, spec, attempt=moved, countdown_s=0.0, keep=False
+                ),
+                reap_after_s=terms.max_pending_s,
+                reap_grace_s=terms.reap_grace_s,
+            )
+            if refused is None:
+                return ExecuteResult.HANDED_ON
+            return _NOT_STARTED.get(refused, ExecuteResult.SEALED)
         scope.end(Ended.TIME_UP)  # the tool's next heartbeat raises CallCancelled
         ended = _timed_out(store, holder, spec, terms=terms, timeout_s=timeout_s, retry=retry)
         if ended is ExecuteResult.SEALED and terms.project_now is not None:

@@ -133,6 +133,18 @@ class Watchdog:
                 self._cond.notify()
         return run
 
+    def end_now(self, which: Callable[[Callable[[], Any]], bool]) -> int:
+        """Makes the runs whose ``on_overdue`` ``which`` picks due now: the watchdog ends them
+        as overdue runs (a draining worker's hand-back, ``boundary.handback``). Returns how
+        many."""
+        with self._cond:
+            picked = [run for run in self._runs.values() if which(run.on_overdue)]
+            for run in picked:
+                run.due = float("-inf")
+            if picked and self._thread is not None:
+                self._cond.notify()
+        return len(picked)
+
     def finish(self, run: _Watch) -> threading.Event | None:
         """The run came back: ``None`` if in time, else the event set once the watchdog's
         handling of it is done."""

@@ -24,9 +24,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import nullcontext
 from typing import Protocol, TypeVar
 
+from boundary import formats
 from boundary.call_steps import READ_GRACE_S, outcome_from_message, settled, time_left
 from boundary.door import CallTerms
-from boundary.errors import ErrorCode, StoreError, StoreUnavailable
+from boundary.errors import StoreError, StoreUnavailable
 from boundary.flow import Flow
 from boundary.models import CallProgress, CanonicalKey, CanonicalRecord, ToolOutcome
 from boundary.store.seal_message import SealMessage
@@ -274,8 +275,8 @@ def _read(
     plus ``READ_GRACE_S`` (``STORE_UNAVAILABLE`` when the store is silent that long)."""
     try:
         record = _bounded_get(terms, key, give_up)
-    except StoreError:
-        return ToolOutcome.error(key.tool_call_id, ErrorCode.STORE_UNAVAILABLE)
+    except StoreError as exc:
+        return ToolOutcome.error(key.tool_call_id, formats.failure_code(exc))
     done = settled(key, record)
     if done is not None:
         return done

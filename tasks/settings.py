@@ -85,6 +85,11 @@ class Settings(BaseSettings, LimitFields):
     #: Threads a worker process may start for tools and projectors: each hung one holds a
     #: thread for good, so past this many hung at once, later runs time out unstarted.
     max_tool_threads: int = Field(default=DEFAULT_MAX_TOOL_THREADS, ge=1)
+    #: On SIGTERM a worker stops taking messages and lets its running calls finish for this
+    #: long, seconds; then it hands each unfinished one back to another worker (its attempt
+    #: given up, its slot released, sent again at once). 20 s: under Kubernetes' default
+    #: grace period (30 s), so the hand-back happens before the orchestrator's SIGKILL.
+    worker_drain_s: float = Field(default=20.0, ge=0)
     #: A worker freezes its start-up heap (``gc.freeze()`` at the end of ``worker_init``, before
     #: a prefork pool forks): the collector never scans it again, and prefork children keep
     #: sharing its pages with their parent. A start-up object later left in a garbage cycle is

@@ -201,11 +201,14 @@ class AttemptState:
     has_raw: bool
     #: Sends of a message that never reached a tool (they are not attempts of the tool).
     redispatches: int
+    #: Attempts a draining worker handed back (``boundary.handback``): not the tool's fault.
+    handbacks: int = 0
 
     @property
     def tool_runs(self) -> int:
-        """Attempts whose message was sent for the tool to run, re-sends left out."""
-        return self.attempt - self.redispatches
+        """Attempts whose message was sent for the tool to run, re-sends and hand-backs left
+        out."""
+        return self.attempt - self.redispatches - self.handbacks
 
 
 class OpenRunStatus(StrEnum):
@@ -421,6 +424,7 @@ class CanonicalStore(ABC):
         redispatch: bool = False,
         due_at: datetime | None = None,
         unstarted: bool = False,
+        handback: bool = False,
     ) -> int | WriteStatus:
         """Attempt ``attempt`` ended without a raw response: attempt ``attempt + 1`` takes the
         record over (returned), due for the reaper ``reap_after_s`` from now (never past the
@@ -429,7 +433,8 @@ class CanonicalStore(ABC):
         kept: ``ALREADY_STORED``, moved on by someone else: ``SUPERSEDED``). ``due_at``: the
         reaper's retry (the store's time it read its list at): ``NOT_DUE`` when the call is not
         due any more or its tool started since. ``unstarted``: only while attempt ``attempt``'s
-        tool has not started (else ``STARTED``)."""
+        tool has not started (else ``STARTED``). ``handback``: a draining worker gave the
+        running attempt up (counted in ``handbacks``, not as a retry: ``boundary.handback``)."""
         return WriteStatus.NOT_PROJECTING
 
     def attempt_state(self, key: CanonicalKey) -> AttemptState | None:

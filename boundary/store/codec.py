@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from boundary import formats
 from boundary.diagnostics import Diagnostic
 from boundary.errors import ErrorCode, StoreError
 from boundary.fingerprint import request_sha256
@@ -109,6 +110,8 @@ PROGRESS_FIELDS = (
     "progress",
     "progress_message",
     "projector_version",
+    "handbacks",
+    "format",
 )
 
 
@@ -139,6 +142,7 @@ def decode_record(fields: dict[str, str]) -> CanonicalRecord:
     """The record of an HMGET/HGETALL reply, validated by the model; an optional field
     that is absent (or empty, where empty means none) is left to its default, which
     validation need not check (a run projection decodes a record per call)."""
+    formats.check_record(fields)  # FormatTooNew (FORMAT_TOO_NEW) for a newer format
     try:
         return CanonicalRecord.model_validate(_record_values(fields))
     except (KeyError, ValueError, ValidationError):
@@ -172,10 +176,14 @@ def readable(fields: dict[str, str]) -> bool:
                 _check_ms(text)
         if attempt := fields.get("attempt"):
             int(attempt)
+        if handbacks := fields.get("handbacks"):
+            int(handbacks)
         if progress := fields.get("progress"):
             float(progress)
         # The diagnostic refuses nothing (one this code did not write is left out).
     except (KeyError, ValueError):
+        return False
+    if formats.record_too_new(fields):
         return False
     # As _record_values keeps them: the non-empty text, checked here as the model would.
     evidence = fields.get("evidence_status")
@@ -223,6 +231,8 @@ def _record_values(fields: dict[str, str]) -> dict[str, object]:
             values[name] = _from_ms(text)
     if attempt := fields.get("attempt"):
         values["attempt"] = int(attempt)
+    if handbacks := fields.get("handbacks"):
+        values["handbacks"] = int(handbacks)
     if progress := fields.get("progress"):
         values["progress"] = float(progress)
     if diagnostic := _diagnostic(fields.get("diagnostic")):

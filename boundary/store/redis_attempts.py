@@ -96,13 +96,14 @@ class RedisAttempts:
         redispatch: bool = False,
         due_at: datetime | None = None,
         unstarted: bool = False,
+        handback: bool = False,
     ) -> int | WriteStatus:
         run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
         argv: list[str | int] = [
             attempt,
             _ms(reap_after_s),
             key.identity,
-            "redispatches" if redispatch else "retries",
+            "handbacks" if handback else "redispatches" if redispatch else "retries",
             int(reap_grace_s * 1000),
             "" if due_at is None else ms(due_at),
             "unstarted" if unstarted else "",
@@ -121,9 +122,12 @@ class RedisAttempts:
         record = keys.record_key(key)
         with translated():
             pipe = self.client.pipeline(transaction=False)
-            pipe.hmget(record, ["status", "tool_name", "attempt", "started_at", "redispatches"])
+            pipe.hmget(
+                record,
+                ["status", "tool_name", "attempt", "started_at", "redispatches", "handbacks"],
+            )
             pipe.hexists(record, "raw")
-            (status, tool, attempt, started, redispatches), has_raw = pipe.execute()
+            (status, tool, attempt, started, redispatches, handbacks), has_raw = pipe.execute()
         if status != "PROJECTING" or not tool:
             return None
         return AttemptState(
@@ -132,4 +136,5 @@ class RedisAttempts:
             started=bool(started),
             has_raw=bool(has_raw),
             redispatches=int(redispatches or 0),
+            handbacks=int(handbacks or 0),
         )

@@ -4,7 +4,11 @@
 sealed, one line per field and the agent result last::
 
     tool_call_id, record's remaining TTL (ms), created_at (ms), attempt, status,
-    evidence status, error code, scope, agent result
+    evidence status, error code, scope, agent result, format=N
+
+The format line (``boundary.formats``) comes after the agent result: a reader of 0.5.0
+(format 1, no such line) then fails to parse a READY message's result and reads the record
+instead, and still takes an ERROR message's code as it is: never a wrong outcome.
 
 Only what the agent gets anyway: the status, the evidence, the bounded agent result (bounded
 by the projector's ``max_agent_result_bytes`` before it is sealed), the scope, the error code.
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+
+from boundary import formats
 
 #: Fields before the agent result (which is last: it may hold anything JSON does).
 _FIELDS = 8
@@ -46,17 +52,29 @@ class SealMessage:
     error_code: str
     scope: str
     agent_result: str
+    #: Its format (``boundary.formats``): a last line ``format=N``; 1 without one.
+    format: int = 1
 
     @classmethod
     def parse(cls, data: str) -> SealMessage | None:
         """The message, or ``None`` for one of another form (a wake-up only)."""
+        data, found = formats.split_seal(data)
         parts = data.split("\n", _FIELDS)
         if len(parts) != _FIELDS + 1:
             return None
         call, ttl, created, attempt, status, evidence, code, scope, result = parts
         try:
             return cls(
-                call, int(ttl), int(created), int(attempt), status, evidence, code, scope, result
+                call,
+                int(ttl),
+                int(created),
+                int(attempt),
+                status,
+                evidence,
+                code,
+                scope,
+                result,
+                found,
             )
         except ValueError:
             return None

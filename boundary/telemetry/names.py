@@ -166,6 +166,15 @@ STALE_HOLDERS = Metric(
     " reclaimed slot): each refused at its next heartbeat or store step, counted once",
     (TOOL,),
 )
+HANDBACKS = Metric(
+    "tool_boundary.handbacks",
+    "tool_boundary_handbacks_total",
+    "counter",
+    "{attempt}",
+    "Attempts a draining worker handed back to another worker (SIGTERM past"
+    " TOOL_BOUNDARY_WORKER_DRAIN_S): given up in the store and sent again at once",
+    (TOOL,),
+)
 
 #: Every metric, by OpenTelemetry name.
 METRICS: dict[str, Metric] = {
@@ -185,6 +194,7 @@ METRICS: dict[str, Metric] = {
         CALLS_LIMIT,
         SLOT_WAIT,
         STALE_HOLDERS,
+        HANDBACKS,
     )
 }
 

@@ -68,6 +68,7 @@ _SHOWN_FIELDS = (
     "updated_at",
     "deadline",
     "attempt",
+    "handbacks",
     "started_at",
     "heartbeat_at",
     "progress",

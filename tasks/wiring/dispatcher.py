@@ -11,7 +11,7 @@ from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.entity import Queue
 
-from boundary import CanonicalKey, DispatchError, ToolOutcome, telemetry
+from boundary import CanonicalKey, DispatchError, ToolOutcome, formats, telemetry
 from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE
 from tasks.wiring.failures import ToolCallFailed
 from tasks.wiring.publish_thread import PublishThread
@@ -167,6 +167,8 @@ class CeleryDispatcher:
         events: Any = None,
     ) -> None:
         headers, reply_to = origin
+        # Both steps' messages say their format (``boundary.formats``).
+        headers = {**headers, formats.HEADER: str(formats.CURRENT)}
         ids = (key.run_id, key.tool_call_id)
         argsrepr = repr(ids)
         execute_id = key.task_id("execute" if attempt == 1 else f"execute:{attempt}")

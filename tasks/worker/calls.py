@@ -15,9 +15,11 @@ from typing import Any
 from billiard.exceptions import WorkerLostError
 from celery.exceptions import SoftTimeLimitExceeded
 
-from boundary import CanonicalKey, ErrorCode, StoreError, ToolOutcome, telemetry
+from boundary import CanonicalKey, ErrorCode, StoreError, ToolOutcome, handback, telemetry
 from boundary.call_steps import key_of
 from boundary.flow import Flow
+from boundary.formats import FormatTooNew
+from boundary.handback import HANDED_BACK
 from boundary.reaper import Retries, reap_once
 from boundary.steps import (
     AttemptTerms,
@@ -33,7 +35,7 @@ from tasks.runtime import Runtime, get_runtime
 from tasks.wiring.app import EXECUTE, FLOW_WAKE, PROJECT, PROJECTIONS_QUEUE, REAP, app
 from tasks.wiring.dispatcher import CeleryDispatcher
 from tasks.wiring.failures import CodeOnlyFailures, ToolCallFailed
-from tasks.worker import chunk_slots
+from tasks.worker import chunk_slots, format_check
 from tasks.worker.chained_project import ChainedProject
 from tasks.worker.progress_events import ProgressEvents
 from tasks.worker.step_store import STORE_RETRY_DELAY_S, retrying, step_store
@@ -146,6 +148,10 @@ def execute_tool(
     call to the next one), the chained project step is dropped: the current attempt's
     message carries its own, so the project task of a call runs once.
     """
+    refused = format_check.refused_message(task.request, run_id, tool_call_id, attempt)
+    if refused is not None:  # a newer version's message (boundary.formats)
+        task.request.chain = None
+        raise ToolCallFailed(refused)
     returned = _execute(task, run_id, tool_call_id, attempt)
     # Only on a normal return, as Celery's follow-up (a failed task sends no chain).
     chained_project.send(task.request)
@@ -199,6 +205,9 @@ def _execute(task: Any, run_id: str, tool_call_id: str, attempt: int) -> str | d
             return executed.value
         if failed == ErrorCode.CANCELLED.value:
             task.request.chain = None  # this task reports it (the cancel revoked the other)
+    except FormatTooNew:  # a newer version's record (boundary.formats): logged there
+        task.request.chain = None
+        failed = format_check.seal_too_new(key, attempt)
     except Exception as exc:
         # Only the type: the text may hold a URL or a payload.
         logger.error("execute %s failed: %s", key.identity, type(exc).__name__)
@@ -235,7 +244,8 @@ def _attempt_failed(
     if executed is ExecuteResult.SEALED and record.error_code is ErrorCode.CANCELLED:
         return ErrorCode.CANCELLED.value
     if executed is ExecuteResult.HANDED_ON and record.attempt > attempt:
-        return SUPERSEDED
+        # A draining worker's hand-back is shown as such (boundary.handback).
+        return HANDED_BACK if handback.handed_back(key, attempt) else SUPERSEDED
     return None
 
 
@@ -337,6 +347,9 @@ def project_result(
         raise ToolCallFailed(ErrorCode.RECORD_NOT_FOUND.value)
     if report:
         return _report_sealed(key)
+    refused = format_check.refused_message(project_result.request, run_id, tool_call_id, None)
+    if refused is not None:  # a newer version's message (boundary.formats)
+        raise ToolCallFailed(refused)
     try:
         runtime = worker_runtime()
         timeout_s = runtime.settings.projection_timeout_s
@@ -351,6 +364,8 @@ def project_result(
                 )
             )
             step.outcome(outcome)
+    except FormatTooNew:  # a newer version's record (boundary.formats): logged there
+        outcome = ToolOutcome.error(tool_call_id, ErrorCode(format_check.seal_too_new(key, None)))
     except Exception as exc:
         logger.error("project %s failed: %s", key.identity, type(exc).__name__)
         outcome = ToolOutcome.error(tool_call_id, ErrorCode.STORE_UNAVAILABLE)

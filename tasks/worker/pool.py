@@ -38,6 +38,7 @@ import os
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -51,6 +52,9 @@ from boundary.tool_threads import in_inline_run, run_inline_here
 logger = logging.getLogger(__name__)
 
 _STOP = None
+#: Seconds a run handed back during a warm shutdown may take to come back before the pool
+#: lets go of its thread (a tool that heartbeats stops at its next heartbeat).
+HANDBACK_GRACE_S = 2.0
 
 
 class _Thread:
@@ -150,14 +154,29 @@ class InlineThreadPool(BasePool):  # type: ignore[misc]
     def _replace(self, thread: _Thread) -> None:
         """The run on ``thread`` is overdue: one more thread, one more message prefetched."""
         with self._lock:
+            stopping = self._stopping
+        if stopping:
+            # A draining worker's hand-back (``tasks.worker.drain``): the tool is told at its
+            # next heartbeat; it gets a moment to come back (and clean up) before the warm
+            # shutdown stops waiting for it.
+            give_up = time.monotonic() + HANDBACK_GRACE_S
+            while thread.request is not None and time.monotonic() < give_up:
+                time.sleep(0.05)
+        with self._lock:
             if thread.replaced:
                 return
             thread.replaced = True
             self._lock.notify_all()  # a warm shutdown no longer waits for it
-            if self._stopping:
-                return
-            self.replacements += 1
-            self._start()
+            stopping = self._stopping
+            if not stopping:
+                self.replacements += 1
+                self._start()
+        if stopping:
+            # A draining worker's hand-back (``tasks.worker.drain``), or a run overdue during a
+            # warm shutdown: its call went on without it, so its message is done (else it
+            # would come back from the broker as a stale attempt).
+            _ack_early(thread.request)
+            return
         if not _ack_early(thread.request):
             thread.raised_prefetch = True
             self._prefetch_changed(+1)

@@ -15,8 +15,10 @@ from celery import signals
 
 from boundary.call_context import set_progress_listener
 from tasks.wiring.app import app
+from tasks.worker import drain
 from tasks.worker.calls import execute_tool, progress_events, seal_when_retries_run_out
 from tasks.worker.event_flush import SpacedEventFlush
+from tasks.worker.format_check import check_store_format
 from tasks.worker.gc_tuning import freeze_start_up_heap
 from tasks.worker.metrics_endpoint import serve_metrics, stop_metrics
 from tasks.worker.pool_hooks import (
@@ -41,6 +43,13 @@ set_progress_listener(progress_events.on_progress)
 signals.worker_init.connect(progress_events.on_worker_init, weak=False)
 signals.worker_init.connect(run_tools_in_line)
 signals.worker_init.connect(check_runtime)
+# Exit 2 when the store holds a newer incompatible format (``boundary.formats``).
+signals.worker_init.connect(check_store_format)
+# The drain on SIGTERM (``tasks.worker.drain``): the worker kept, the timer, the children's
+# handler.
+signals.worker_init.connect(drain.remember_worker)
+signals.worker_shutting_down.connect(drain.on_shutting_down)
+signals.worker_process_init.connect(drain.on_child_start)
 signals.worker_init.connect(limit_tool_threads_at_start)
 signals.worker_init.connect(serve_metrics)
 signals.worker_init.connect(freeze_start_up_heap)

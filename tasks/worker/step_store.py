@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from boundary import StoreError
+from boundary.formats import FormatTooNew
 from boundary.store import CanonicalStore
 
 T = TypeVar("T")
@@ -42,6 +43,8 @@ def retrying(step: Callable[[], T]) -> T:
     for attempt in range(1, STORE_ATTEMPTS + 1):
         try:
             return step()
+        except FormatTooNew:
+            raise  # a newer version's record: no retry reads it (boundary.formats)
         except StoreError:
             if attempt == STORE_ATTEMPTS:
                 raise

@@ -8,7 +8,7 @@ from typing import Any
 
 from celery import Celery
 
-from boundary import CanonicalKey
+from boundary import CanonicalKey, formats
 from tasks.settings import Settings
 from tasks.wiring.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tasks.wiring.dispatcher import CeleryDispatcher
@@ -38,6 +38,8 @@ def canvas_dispatch(
             queue=queue,
             argsrepr=repr(ids),
             kwargsrepr="{}",
+            # Both steps say their format (boundary.formats), as the dispatcher's do.
+            headers={formats.HEADER: str(formats.CURRENT)},
             **options,
         )
 

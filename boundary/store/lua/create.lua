@@ -84,7 +84,10 @@ redis.call("HSET", KEYS[1],
   "created_at", now,
   "updated_at", now,
   "deadline", ARGV[6],
-  "request_sha256", ARGV[12])
+  "request_sha256", ARGV[12],
+  -- The record's format (boundary/formats.py CURRENT): a reader of an older version that
+  -- does not know it refuses the call (FORMAT_TOO_NEW) rather than guess.
+  "format", "2")
 redis.call("PEXPIRE", KEYS[1], ttl)
 
 redis.call("ZADD", KEYS[3], reap_at, ARGV[11])

@@ -15,7 +15,7 @@ local FIELDS = {
   "run_id", "tool_call_id", "tool_name", "status", "evidence_status", "request",
   "agent_result", "scope", "error_code", "seq", "created_at", "updated_at", "deadline",
   "diagnostic", "request_sha256", "attempt", "started_at", "heartbeat_at", "progress",
-  "progress_message", "projector_version",
+  "progress_message", "projector_version", "handbacks", "format",
 }
 local out = {}
 for i, key in ipairs(KEYS) do

@@ -143,10 +143,11 @@ if pttl > 0 and redis.call("PTTL", KEYS[2]) < pttl then
   redis.call("PEXPIRE", KEYS[2], pttl)
 end
 -- Last, once the record says READY/ERROR: the bounded outcome, so a waiter needs no read
--- (seal_message.py: id, TTL, created_at, attempt, status, evidence, code, scope, result).
+-- (seal_message.py: id, TTL, created_at, attempt, status, evidence, code, scope, result, and
+-- the message's format last: boundary/formats.py CURRENT).
 if ARGV[9] and ARGV[9] ~= "" then
   redis.call("PUBLISH", ARGV[9], table.concat({
     ARGV[10], pttl, read[2] or "", attempt, status, evidence, code,
-    scope or "", agent_result or ""}, "\n"))
+    scope or "", agent_result or "", "format=2"}, "\n"))
 end
 return {CODE.OK, tool, attempt}
