@@ -63,6 +63,17 @@ def acl_text(passwords: dict[str, str], admin_password: str) -> str:
     return text.rstrip("\n") + f"\nuser {ADMIN} on >{admin_password} ~* &* +@all\n"
 
 
+def role_rules(role: str) -> list[str]:
+    """The shipped file's rules of ``role``'s user, without its password."""
+    line = next(line for line in ACL_FILE.read_text().splitlines() if f" tb-{role} " in line)
+    return [rule for rule in line.split()[3:] if not rule.startswith((">", "#"))]
+
+
+def add_user(server: TlsRedisServer, user: str, password: str, rules: list[str]) -> None:
+    """A user of the test's own, made with ``ACL SETUSER`` (as the docs' lines do)."""
+    server.client().execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules)  # type: ignore[no-untyped-call]
+
+
 @dataclass(frozen=True)
 class Users:
     passwords: dict[str, str]

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.rig import workers as rig
 from boundary import RedisCanonicalStore, ToolBoundary
 from tasks import CeleryDispatcher
 from tasks.settings import Settings
 from tasks.wiring.app import create_app
-from tests.celery.workers import celery_process, worker_args
+from tests.celery.workers import celery_process
 from tests.celery_tools import registry
 from tests.conftest import celery_test_settings
 from tests.tls.servers import TlsRedisServer
@@ -47,12 +48,10 @@ def worker(
     pool: str = "threads",
     role: str = "worker",
     queues: tuple[str, ...] = ("tools", "projections"),
+    level: str = "INFO",
     **overrides: object,
 ) -> Iterator[object]:
     settings = role_settings(server, role, broker_db, **overrides)
-    args = worker_args(f"tls-{pool}", pool=pool, concurrency=2)
-    if queues != ("tools", "projections"):
-        at = args.index("-Q")
-        args = (*args[: at + 1], ",".join(queues), *args[at + 2 :])
+    args = rig.worker_args(pool, 2, queues, node=f"tls-{pool}@%h", level=level)
     with celery_process(settings, *args, log=log, timeout_s=60) as proc:
         yield proc

@@ -17,7 +17,7 @@ from tests.celery.workers import ROOT, settings_env, worker_args
 from tests.conftest import celery_test_settings
 from tests.servers import redis_server
 from tests.tls.certs import Certificates
-from tests.tls.servers import ACL_FILE, TlsRedisServer, Users, tls_server
+from tests.tls.servers import TlsRedisServer, Users, add_user, role_rules, tls_server
 
 #: A password only the refused URLs hold.
 WRONG = "wrong-Pw-7c1e"
@@ -117,17 +117,9 @@ def test_a_missing_client_certificate(tls_redis: TlsRedisServer) -> None:
 def test_a_user_without_the_seal_channels(tls_redis: TlsRedisServer) -> None:
     # Given the shipped worker's rules without its channel patterns (as Redis 7 makes a new
     # user: acl-pubsub-default resetchannels)
-    worker = next(line for line in ACL_FILE.read_text().splitlines() if "tb-worker " in line)
-    rules = [
-        rule
-        for rule in worker.split()[3:]
-        if not rule.startswith(("&", ">", "#")) and rule != "allchannels"
-    ]
+    rules = [rule for rule in role_rules("worker") if not rule.startswith("&")]
     password = "nochannel-Pw-41ab"
-    tls_redis.client().acl_setuser("tb-nochannel", reset=True)
-    tls_redis.client().execute_command(  # type: ignore[no-untyped-call]
-        "ACL", "SETUSER", "tb-nochannel", "on", f">{password}", *rules
-    )
+    add_user(tls_redis, "tb-nochannel", password, rules)
     code, output = start_worker(tls_redis.url_as("tb-nochannel", password, 0))
     # Then the worker stops at start, naming the refused channel right
     assert code == EXIT_USAGE, output[-3000:]
