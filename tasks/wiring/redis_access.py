@@ -14,6 +14,7 @@ import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import redis
 
@@ -115,6 +116,23 @@ def plaintext_hint(url: str, exc: BaseException) -> Reason | None:
                 False,
             )
     return None
+
+
+def unverified(parts: dict[str, str]) -> list[str]:
+    """One warning per named URL (``{"store": url, ...}``) that turns the server certificate's
+    verification off (``ssl_cert_reqs=none``, redis-py's, kombu's and Celery's own query)."""
+    warnings = []
+    for part, url in parts.items():
+        query = parse_qs(urlsplit(url).query)
+        if url.lower().startswith("rediss://") and any(
+            value.strip().lower() in ("none", "cert_none")
+            for value in query.get("ssl_cert_reqs", [])
+        ):
+            warnings.append(
+                f"the {part}'s TLS certificate is not verified (ssl_cert_reqs=none): anyone "
+                "on the path can read and change what it carries"
+            )
+    return warnings
 
 
 def check_seal_channel(client: Any) -> None:

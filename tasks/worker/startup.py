@@ -22,7 +22,13 @@ from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.runtime import Runtime, get_runtime
 from tasks.settings import redis_location
 from tasks.wiring.app import app as worker_app
-from tasks.wiring.redis_access import Reason, check_seal_channel, describe, plaintext_hint
+from tasks.wiring.redis_access import (
+    Reason,
+    check_seal_channel,
+    describe,
+    plaintext_hint,
+    unverified,
+)
 from tasks.wiring.services import check_broker, check_result_backend
 from tasks.worker.server_check import check_store_server
 
@@ -158,6 +164,14 @@ def check_runtime(**_: Any) -> None:
             )
         wait_for_services(worker_services(runtime, worker_app), runtime.settings.startup_attempts)
         warnings = check_store_server(runtime.store, runtime.settings)
+        settings = runtime.settings
+        warnings += unverified(
+            {
+                "store": settings.store_url,
+                "broker": settings.broker,
+                "result backend": settings.backend,
+            }
+        )
     except ConfigurationError as exc:
         # One line (the log's), then exit 2: a traceback would tell the operator nothing more.
         logger.critical("tool-boundary worker cannot start: %s", exc.problem)

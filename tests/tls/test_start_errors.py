@@ -13,7 +13,7 @@ import pytest
 
 from bench.rig.workers import celery_command
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
-from tests.celery.workers import ROOT, settings_env, worker_args
+from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
 from tests.conftest import celery_test_settings
 from tests.servers import redis_server
 from tests.tls.certs import Certificates
@@ -125,3 +125,19 @@ def test_a_user_without_the_seal_channels(tls_redis: TlsRedisServer) -> None:
     assert code == EXIT_USAGE, output[-3000:]
     line = one_line(output, "NOPERM", "channel", secrets=(password,))
     assert "store" in line
+
+
+def test_verification_off_in_the_url_works_and_warns_once_a_part(
+    other_servers: dict[str, TlsRedisServer], tmp_path: Path
+) -> None:
+    # Given a server whose certificate nobody trusts, and URLs that say not to verify it
+    server = other_servers["untrusted"]
+    url = server.url_for("worker", 0).replace("ssl_cert_reqs=required", "ssl_cert_reqs=none")
+    settings = celery_test_settings(redis_url=url, broker_url=url, result_backend=url)
+    log = tmp_path / "worker.log"
+    # When a worker starts on them, it starts
+    with celery_process(settings, *worker_args("unverified"), log=log, timeout_s=60):
+        pass
+    # And it says, once for each of the store, the broker and the backend, what that costs
+    warned = [line for line in log.read_text().splitlines() if "is not verified" in line]
+    assert len(warned) == 3, log.read_text()[-3000:]
