@@ -99,6 +99,14 @@ def _ssl_reason(exc: ssl.SSLError) -> Reason:
         for mark in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG")
     ):
         return Reason("the port does not speak TLS (a rediss:// URL for a plaintext port?)", True)
+    if isinstance(exc, ssl.SSLEOFError):
+        # (TLS 1.3: the server checks the client's certificate after the client's side of the
+        # handshake; its refusal then reads as an EOF, or as the alert, whichever comes first)
+        return Reason(
+            "the server closed the TLS connection: does it require a client certificate "
+            "(ssl_certfile and ssl_keyfile)?",
+            False,
+        )
     return Reason(f"the TLS handshake failed ({exc.reason or type(exc).__name__})", False)
 
 
