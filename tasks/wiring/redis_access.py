@@ -143,6 +143,32 @@ def unverified(parts: dict[str, str]) -> list[str]:
     return warnings
 
 
+#: ``ssl_cert_reqs`` values of a URL's query, as the ``ssl`` module names them.
+_CERT_REQS = {
+    "required": ssl.CERT_REQUIRED,
+    "cert_required": ssl.CERT_REQUIRED,
+    "optional": ssl.CERT_OPTIONAL,
+    "cert_optional": ssl.CERT_OPTIONAL,
+    "none": ssl.CERT_NONE,
+    "cert_none": ssl.CERT_NONE,
+}
+#: The TLS options of a ``rediss://`` query that ``broker_use_ssl`` repeats.
+_SSL_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+
+
+def broker_use_ssl(url: str) -> dict[str, Any]:
+    """``{"broker_use_ssl": {...}}``: a ``rediss://`` broker URL's own TLS options, for the
+    clients that read only Celery's setting and not the URL (Flower's Broker API, which
+    counts the queues); ``{}`` for any other URL."""
+    if not url.lower().startswith("rediss://"):
+        return {}
+    query = {name: values[-1] for name, values in parse_qs(urlsplit(url).query).items()}
+    options: dict[str, Any] = {name: query[name] for name in _SSL_FILES if query.get(name)}
+    reqs = query.get("ssl_cert_reqs", "").strip().lower()
+    options["ssl_cert_reqs"] = _CERT_REQS.get(reqs, ssl.CERT_REQUIRED)
+    return {"broker_use_ssl": options}
+
+
 def check_seal_channel(client: Any) -> None:
     """Publishes nothing of use on a seal channel no run has, as the seal script does.
 
