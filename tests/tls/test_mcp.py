@@ -5,6 +5,7 @@ nothing."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -21,15 +22,16 @@ def test_a_call_through_the_mcp_door_over_tls(tls_redis: TlsRedisServer, tmp_pat
     store = RedisCanonicalStore.from_url(tls_redis.url_for("caller", 0), ttl_s=600)
     assert store.open_run(RUN).is_open
     url = tls_redis.url_for("mcp", 0)
-    env = {
-        "TOOL_BOUNDARY_REDIS_URL": url,
-        "TOOL_BOUNDARY_BROKER_URL": url,
-        "TOOL_BOUNDARY_RESULT_BACKEND": url,
-    }
 
     async def scenario() -> dict[str, object]:
-        async with stdio_client("--run", RUN.run_id, **env) as client:
-            meta = {RUN_ID_META: RUN.run_id, TOOL_CALL_ID_META: "mcp-1"}
+        async with stdio_client(
+            "--run",
+            RUN.run_id,
+            TOOL_BOUNDARY_REDIS_URL=url,
+            TOOL_BOUNDARY_BROKER_URL=url,
+            TOOL_BOUNDARY_RESULT_BACKEND=url,
+        ) as client:
+            meta: dict[str, Any] = {RUN_ID_META: RUN.run_id, TOOL_CALL_ID_META: "mcp-1"}
             result = await client.call_tool("lookup", {"query": "tls"}, meta=meta)
             assert result.is_error is False, result
             return dict(result.structured_content or {})
