@@ -1,11 +1,14 @@
-"""The whole call path against a Redis set up as managed services leave it: TLS only, the
-shipped ACL users (default user off), and CONFIG, KEYS, MONITOR and DEBUG renamed away. A
-threads worker seals READY and ERROR, a long tool reports progress and stops at a cancel, the
-reaper retries a lost call; Redis's command stats show that no product path sent CONFIG, KEYS,
-MONITOR, DEBUG, SCRIPT FLUSH or CLIENT KILL, and its ACL log that no role was refused."""
+"""The whole call path against a Redis set up as managed services leave it: TLS only (client
+certificates required), the shipped ACL users (default user off), and CONFIG, KEYS, MONITOR
+and DEBUG renamed away. A threads worker seals READY and ERROR, a turn (sync and async: the
+asyncio seal subscription over mutual TLS), a long tool reports progress and stops at the
+operator's cancel, the reaper retries a lost call; Redis's command stats show that no product
+path sent CONFIG, KEYS, MONITOR, DEBUG, SCRIPT FLUSH or CLIENT KILL, and its ACL log that no
+role was refused."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +79,22 @@ def test_ready_error_and_a_duplicate(managed: TlsRedisServer, managed_worker: Pa
     again = boundary.submit(envelope("m1", "lookup", {"query": "managed"}), RUN)
     assert again.outcome is not None
     assert again.outcome.error_code is ErrorCode.DUPLICATE_TOOL_CALL
+
+
+def test_a_turn_sync_and_async(managed: TlsRedisServer, managed_worker: Path) -> None:
+    boundary = caller(managed, 0)
+    turn = [envelope(f"t{n}", "lookup", {"query": str(n)}) for n in range(4)]
+    outcomes = boundary.invoke_many(turn[:2], RUN, timeout=30)
+    assert [o.status for o in outcomes] == [InvocationStatus.READY] * 2, outcomes
+
+    async def rest() -> list[Any]:
+        try:
+            return await boundary.ainvoke_many(turn[2:], RUN, timeout=30)
+        finally:
+            await boundary.aclose()
+
+    outcomes = asyncio.run(rest())
+    assert [o.status for o in outcomes] == [InvocationStatus.READY] * 2, outcomes
 
 
 def test_a_long_tool_reports_progress_and_stops_at_the_operators_cancel(
