@@ -28,9 +28,10 @@ from boundary import (
 from tasks import CeleryDispatcher
 from tasks.wiring.app import create_app
 from tests.celery_tools import registry
+from tests.conftest import celery_test_settings
 from tests.helpers import wait_until
 from tests.tls.certs import Certificates
-from tests.tls.servers import TlsRedisServer, Users, tls_server
+from tests.tls.servers import TlsRedisServer, Users, add_user, role_rules, tls_server
 from tests.tls.stack import caller, role_settings, worker
 
 #: The module's server and worker are its own: its tests share one xdist worker.
@@ -169,3 +170,25 @@ def test_no_product_path_sent_a_command_managed_services_refuse(
     refused = [e for e in log if str(e.get("username", "")).startswith("tb-")]
     assert refused == [], refused
     print("commands sent:", ", ".join(sorted(sent)))
+
+
+def test_a_caller_without_the_seal_channels_still_gets_its_outcomes(
+    managed: TlsRedisServer, managed_worker: Path
+) -> None:
+    # Given the caller's rules without channel patterns (a new Redis 7 user's default)
+    rules = [rule for rule in role_rules("caller") if not rule.startswith("&")]
+    add_user(managed, "tb-caller-nochannel", "nochannel-Pw-9d", rules)
+    url = managed.url_as("tb-caller-nochannel", "nochannel-Pw-9d", 0)
+    settings = celery_test_settings(redis_url=url, broker_url=url, result_backend=url)
+    boundary = ToolBoundary(
+        store=RedisCanonicalStore.from_url(url, ttl_s=600),
+        registry=registry,
+        dispatcher=CeleryDispatcher(create_app(settings, name="tls_nochannel")),
+    )
+    # When it invokes a call: its seal subscription is refused by Redis
+    outcome = boundary.invoke(envelope("nc-1", "lookup", {"query": "nc"}), RUN, timeout=30)
+    # Then the outcome still comes (read from the record), not a wait to the timeout
+    assert outcome.status is InvocationStatus.READY, outcome
+    refused = [e for e in managed.client().acl_log(200) if e["username"] == "tb-caller-nochannel"]
+    assert {e["reason"] for e in refused} == {"channel"}, refused
+    managed.client().acl_log_reset()
