@@ -19,7 +19,7 @@ from tests.tls.stack import caller, role_settings, worker
 
 RUN = RunContext(run_id="run-flower-tls", authorized_tools=frozenset({"lookup"}))
 #: Longest any wait here may take (a bound, reached only when the test fails).
-WAIT_S = 20.0
+WAIT_S = 60.0
 
 
 def get(url: str) -> str:
