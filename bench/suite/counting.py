@@ -45,6 +45,15 @@ class CountingConnection(redis.Connection):
         return super().read_response(*args, **kwargs)
 
 
+class CountingSSLConnection(CountingConnection, redis.SSLConnection):
+    """``CountingConnection`` over TLS (a ``rediss://`` URL: the bench's TLS-cost runs)."""
+
+
+def counting_connection(url: str) -> type[redis.Connection]:
+    """The counting connection class for ``url``'s scheme."""
+    return CountingSSLConnection if url.lower().startswith("rediss://") else CountingConnection
+
+
 def commandstats(client: redis.Redis) -> Counter[str]:
     """Calls per command name since the server started (or its stats were reset)."""
     info: dict[str, Any] = client.info("commandstats")

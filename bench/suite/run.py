@@ -43,7 +43,7 @@ from bench.suite.config import (
     db_url,
     parse_pools,
 )
-from bench.suite.counting import CountingConnection
+from bench.suite.counting import counting_connection
 from bench.suite.fixtures import ensure_scripts
 from bench.suite.lock import Busy, exclusive
 from bench.suite.meta import load, machine
@@ -151,7 +151,9 @@ class Bench:
         self.sizes = sizes
         self.phases = set(args.only.split(","))
         self.settings = bench_settings(args.redis_url, project_in_line=args.project_in_line)
-        store = make_store(self.settings, connection_class=CountingConnection)
+        store = make_store(
+            self.settings, connection_class=counting_connection(self.settings.store_url)
+        )
         self.ours = Ours(self.settings, store=store)
         self.bare = Bare(self.settings)
         self.defaults = Defaults(self.settings)

@@ -15,6 +15,8 @@ from tasks.wiring.app import PROJECTIONS_QUEUE, TOOLS_QUEUE
 WORKER_PING_TIMEOUT_S = 3.0
 #: The queues a call's chain needs consumers for.
 CALL_QUEUES = (TOOLS_QUEUE, PROJECTIONS_QUEUE)
+#: The result backend key the start-up check reads (never written).
+CHECK_KEY = "celery-task-meta-tool-boundary-check"
 
 
 class ServiceUnavailable(BoundaryError):
@@ -44,9 +46,11 @@ def check_broker(app: Any, timeout_s: float, retries: int = 1) -> None:
 
 
 def check_result_backend(app: Any) -> None:
-    """Reads one key of the result backend (a Redis one), which connects to it."""
+    """Reads one key of the result backend (a Redis one), which connects to it: a key of the
+    backend's own names (``celery-task-meta-*``), which an ACL user of the worker or the caller
+    may read (``docs/how-to/production-redis.acl``)."""
     try:
-        app.backend.get("tool-boundary-check")
+        app.backend.get(CHECK_KEY)
     except Exception:
         raise ServiceUnavailable("result backend") from None
 

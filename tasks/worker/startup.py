@@ -22,6 +22,13 @@ from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.runtime import Runtime, get_runtime
 from tasks.settings import redis_location
 from tasks.wiring.app import app as worker_app
+from tasks.wiring.redis_access import (
+    Reason,
+    check_seal_channel,
+    describe,
+    plaintext_hint,
+    unverified,
+)
 from tasks.wiring.services import check_broker, check_result_backend
 from tasks.worker.server_check import check_store_server
 
@@ -56,17 +63,29 @@ class Service:
     location: str
     #: Raises when the service does not answer.
     check: Callable[[], None]
+    #: The service's URL, only to tell a plaintext URL for a TLS port (never logged).
+    url: str = ""
 
 
 def worker_services(runtime: Runtime, app: Any) -> list[Service]:
     """What a worker needs at start, in the order it is checked."""
     settings = runtime.settings
     services = [
-        Service("store", redis_location(settings.store_url), runtime.store.ping),
+        Service(
+            "store", redis_location(settings.store_url), runtime.store.ping, settings.store_url
+        ),
+        # (the seal script publishes on the run's channel: a user without it would fail every
+        # seal; every other right of the worker's is exercised by the checks here)
+        Service(
+            "store",
+            redis_location(settings.store_url),
+            lambda: check_seal_channel(runtime.store.client),
+        ),
         Service(
             "broker",
             redis_location(settings.broker),
             lambda: check_broker(app, settings.publish_timeout_s, retries=0),
+            settings.broker,
         ),
     ]
     if settings.backend.startswith(_CHECKED_BACKENDS):
@@ -75,6 +94,7 @@ def worker_services(runtime: Runtime, app: Any) -> list[Service]:
                 "result backend",
                 redis_location(settings.backend),
                 lambda: check_result_backend(app),
+                settings.backend,
             )
         )
     return services
@@ -91,10 +111,16 @@ def wait_for_services(
     """
     delay = FIRST_DELAY_S
     for attempt in range(1, attempts + 1):
-        down = _first_down(services)
-        if down is None:
+        failed = _first_down(services)
+        if failed is None:
             return
+        down, reason = failed
+        if reason is not None and reason.permanent:
+            # A refused password or right, an untrusted certificate: no retry would help.
+            raise ConfigurationError(f"the {down.part} at {down.location}: {reason.text}")
         where = f"the {down.part} at {down.location} is unreachable"
+        if reason is not None:
+            where += f": {reason.text};"
         if attempt == attempts:
             raise StartupUnavailable(f"{where} after {attempts} attempt(s)")
         logger.warning(
@@ -108,13 +134,14 @@ def wait_for_services(
         delay = min(delay * 2, MAX_DELAY_S)
 
 
-def _first_down(services: list[Service]) -> Service | None:
+def _first_down(services: list[Service]) -> tuple[Service, Reason | None] | None:
     for service in services:
         try:
             service.check()
-        except Exception:
-            # A driver's text may name the URL, password included: only the part is reported.
-            return service
+        except Exception as exc:
+            # A driver's text may name the URL, password included: only the part is reported,
+            # and the reason ``describe`` words itself.
+            return service, describe(exc) or plaintext_hint(service.url, exc)
     return None
 
 
@@ -137,6 +164,14 @@ def check_runtime(**_: Any) -> None:
             )
         wait_for_services(worker_services(runtime, worker_app), runtime.settings.startup_attempts)
         warnings = check_store_server(runtime.store, runtime.settings)
+        settings = runtime.settings
+        warnings += unverified(
+            {
+                "store": settings.store_url,
+                "broker": settings.broker,
+                "result backend": settings.backend,
+            }
+        )
     except ConfigurationError as exc:
         # One line (the log's), then exit 2: a traceback would tell the operator nothing more.
         logger.critical("tool-boundary worker cannot start: %s", exc.problem)
