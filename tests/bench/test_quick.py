@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench.suite.run import PHASES
-from tests.bench_runner import SERVER, positive, run_bench
+from tests.bench.runner import SERVER, positive, run_bench
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900 if CI else 240)]
@@ -29,7 +29,7 @@ def _quick_run(out: Path) -> dict[str, Any]:
         # Locally a full benchmark may be running on the same DBs: skip rather than wait.
         "--lock-wait",
         "600" if CI else "60",
-        # B9 starts a fleet of its own: tests/test_bench_live_during_job.py runs it.
+        # B9 starts a fleet of its own: tests/bench/test_live_during_job.py runs it.
         "--only",
         ",".join(phase for phase in PHASES if phase != "b9"),
         timeout=840,
@@ -100,7 +100,11 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
 
     # And the counts are plausible: the store's commands are told apart from Celery's
     assert 1 <= figures["b3_store_commands_per_call"] <= 20
-    assert results["b3"]["bare"]["store_commands_per_call"] == 0
+    # The bare side's calls never touch the store: a call that did would count one command a
+    # call at least. What MONITOR can still see on the store's DB in the bare side's window
+    # is our worker's (its last acks' follow-ups, its periodic work), which is not the bare
+    # side's and lands there or not depending on timing (0.05 a call = 1 command in 20).
+    assert results["b3"]["bare"]["store_commands_per_call"] < 1
     assert 1 <= figures["b4_round_trips"] <= 10
     assert results["b5"]["failed"] == 0
     assert results["b5"]["facts"] == results["b5"]["runs"] * results["b5"]["calls_per_run"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench_runner import SERVER, run_bench
+from tests.bench.runner import SERVER, run_bench
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600 if CI else 240)]

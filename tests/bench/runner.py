@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: The test Redis server, which the bench splits into its own DBs.
 SERVER = f"redis://{REDIS_HOST}:{REDIS_PORT}"
 #: bench's exit status when another benchmark run holds DBs 3-5 of the same server.

@@ -18,7 +18,7 @@ import redis
 from bench.studies.ceiling import CALLS_PER_RUN, Driver
 from bench.suite.config import BROKER_DB, STORE_DB
 from boundary.store import keys
-from tests.bench_runner import ROOT, SERVER, positive
+from tests.bench.runner import ROOT, SERVER, positive
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600 if CI else 300)]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.bench_runner import SERVER, positive, run_bench
+from tests.bench.runner import SERVER, positive, run_bench
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
 from tests.pg import admin_connection
 from tests.settings import SUITE

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from bench.suite.config import OWN_DBS, db_url
-from tests.bench_runner import SERVER, positive, run_bench
+from tests.bench.runner import SERVER, positive, run_bench
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600 if CI else 300)]
