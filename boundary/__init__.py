@@ -3,6 +3,10 @@
 No Celery here; ``tasks`` wires this to Celery.
 """
 
+#: The release, the one place it is written: pyproject.toml reads it (``tool.setuptools.dynamic``);
+#: ``tasks.__version__`` and ``tool-boundary --version`` show it; CHANGELOG.md says what it holds.
+__version__ = "0.6.0"
+
 from boundary.call_context import CallCancelled, CallInfo, current_call, heartbeat
 from boundary.core import ToolBoundary
 from boundary.dispatch import Dispatcher, InProcessDispatcher

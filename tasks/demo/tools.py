@@ -1,30 +1,26 @@
-"""The example tools and their registry: ``TOOL_BOUNDARY_TOOLS=examples.tools:registry``.
+"""The demo's read-only tools and their registry, what workers load by default
+(``TOOL_BOUNDARY_TOOLS=tasks.demo.tools:registry``).
 
 Each tool is a plain function ``(arguments: dict) -> dict`` that checks its arguments and
 returns a JSON-able raw response; a projector from ``projectors`` turns that into what the
-agent sees. The data is bundled under ``examples/data`` and read in place, never written.
+agent sees. The data is bundled under ``tasks/demo/data`` and read in place, never written.
 """
 
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from boundary.registry import ToolRegistry, ToolSpec
-from examples import logsearch, sqlread
-from examples._args import check_keys, int_arg, text_arg
-from examples.docsearch import DocumentIndex
-from examples.long_scan import audit_metrics_spec, scan_metrics_spec
 from projectors.logs import LogSearchProjector
 from projectors.rag import DocumentSearchProjector
 from projectors.sql import SqlRowsProjector
+from tasks.demo import logsearch, sqlread
+from tasks.demo.arguments import check_keys, int_arg, text_arg
+from tasks.demo.bundled import DB_PATH, DOCS_DIR, LOG_PATH
+from tasks.demo.docsearch import DocumentIndex
+from tasks.demo.long_scan import audit_metrics_spec, scan_metrics_spec
 
-#: The bundled data, resolved from this file so it also works from an installed package.
-DATA_DIR = Path(__file__).parent / "data"
-DOCS_DIR = DATA_DIR / "docs"
-LOG_PATH = DATA_DIR / "orbit.log"
-DB_PATH = DATA_DIR / "orbit.db"
 #: Names the database in scopes.
 DB_CORPUS = "orbit.db"
 
@@ -250,5 +246,5 @@ def build_registry() -> ToolRegistry:
     )
 
 
-#: The registry workers and the CLI load (``TOOL_BOUNDARY_TOOLS=examples.tools:registry``).
+#: The registry workers and the CLI load (``TOOL_BOUNDARY_TOOLS=tasks.demo.tools:registry``).
 registry = build_registry()

@@ -1,7 +1,7 @@
 """Regenerates ``orbit.log``, the bundled log of one eventful morning of Orbit API.
 
 Deterministic (fixed seed, fixed clock), so a rebuild gives the same bytes:
-``python examples/data/build_logs.py``. The story: normal traffic, a deploy at 10:05, a
+``python tasks/demo/data/build_logs.py``. The story: normal traffic, a deploy at 10:05, a
 database primary loss at 10:40 with upstream timeouts until the failover, cache evictions
 later on.
 """

@@ -1,6 +1,6 @@
 """Regenerates ``orbit.db``, the bundled operations database of Orbit API.
 
-Run ``python examples/data/build_db.py``; the committed file is what the ``sql_read`` tool
+Run ``python tasks/demo/data/build_db.py``; the committed file is what the ``sql_read`` tool
 reads. Every row is fixed here, so a rebuild holds the same data. ``request_metrics`` is a
 view that computes one sample per service and minute: the file stays small while a full
 dump of the view is larger than the boundary's default raw limit (the ``dump_table`` demo).

@@ -15,9 +15,10 @@ from typing import Any
 
 from boundary import current_call, heartbeat
 from boundary.registry import RetryPolicy, ToolSpec
-from examples import sqlread
-from examples._args import check_keys, int_arg
 from projectors.sql import SqlRowsProjector
+from tasks.demo import sqlread
+from tasks.demo.arguments import check_keys, int_arg
+from tasks.demo.bundled import DB_PATH
 
 #: Hours of metrics (one page each) at most, and the longest pause per page.
 MAX_PAGES = 240
@@ -45,8 +46,6 @@ _PAGE_SQL = (
 
 def scan_metrics(arguments: dict[str, Any]) -> dict[str, Any]:
     """Per-service request and error totals over ``pages`` hours of metrics, an hour a page."""
-    from examples.tools import DB_PATH
-
     args = check_keys(arguments, {"pages", "page_s", "simulate_lost_worker"})
     pages = int_arg(args, "pages", default=10, low=1, high=MAX_PAGES)
     page_s = float(args.get("page_s", 0.2))
