@@ -5,6 +5,10 @@ the worker's own steps (``boundary.steps``) and every other part are reached thr
 modules.
 """
 
+#: The release, the one place it is written: pyproject.toml reads it (``tool.setuptools.dynamic``);
+#: ``tasks.__version__`` and ``tool-boundary --version`` show it; CHANGELOG.md says what it holds.
+__version__ = "0.6.0"
+
 from boundary.call_context import CallCancelled, CallInfo, current_call, heartbeat
 from boundary.core import ToolBoundary
 from boundary.dispatch import Dispatcher, InProcessDispatcher

@@ -1,4 +1,5 @@
-"""Read-only example tools over bundled Orbit API data: documents, a log file, a database.
-
-``examples.tools:registry`` is a ready ``ToolRegistry`` (``TOOL_BOUNDARY_TOOLS``).
+"""Examples run from a checkout (not installed with the package): the PostgreSQL report tool
+(``examples.pgreport:registry``), the agent framework examples (``examples/frameworks/``) and MCP
+client configurations (``examples/mcp/``). The demo's tools travel with the package:
+``tasks.demo.tools:registry``.
 """

@@ -28,6 +28,7 @@ if os.path.basename(sys.argv[0]) == "tool-boundary":
 
 # Every worker hook, connected once (tasks.worker.signals); below, the tasks' modules.
 import tasks.worker.signals  # noqa: E402, F401
+from boundary import __version__ as __version__  # noqa: E402  (the release: boundary's)
 from tasks.runtime import exit_on_invalid_settings  # noqa: E402
 from tasks.wiring.app import app, configure  # noqa: E402
 from tasks.wiring.dispatcher import CeleryDispatcher  # noqa: E402

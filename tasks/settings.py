@@ -19,8 +19,8 @@ from boundary.store.sentinel import is_sentinel_url, parse_sentinel_url
 
 #: Where the store lives when nothing is configured (workers and the CLI; the demo embeds one).
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-#: The registry workers load when ``TOOL_BOUNDARY_TOOLS`` is not set: the bundled examples.
-DEFAULT_TOOLS = "examples.tools:registry"
+#: The registry workers load when ``TOOL_BOUNDARY_TOOLS`` is not set: the demo's tools.
+DEFAULT_TOOLS = "tasks.demo.tools:registry"
 
 
 class Settings(BaseSettings, LimitFields):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.reports.current import current_table
 from bench.reports.readme_dbos import dbos_table, spreads_table
 from bench.reports.report import ISSUE_26_TARGETS, ONE_TASK_TARGETS, TARGETS, meets
 from bench.reports.summarize import rows as summary_rows
@@ -541,6 +542,7 @@ def b7_precision_table(runs: list[Run]) -> str:
 
 #: Block name -> renderer. Each renderer gets the runs its block's glob matched.
 RENDERERS: dict[str, Callable[[list[Run]], str]] = {
+    "current": current_table,
     "targets": targets_table,
     "targets-35": lambda runs: targets_table(runs, TARGETS + ONE_TASK_TARGETS),
     "dbos": dbos_table,

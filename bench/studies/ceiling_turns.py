@@ -1,13 +1,13 @@
 """``python -m bench.studies.ceiling_turns``: how many calls a second one Redis server
 sustains when an agent hands its calls over in turns of ``--turn`` calls
-(``ToolBoundary.invoke_many``), next to the same calls one by one (``bench.ceiling``'s
+(``ToolBoundary.invoke_many``), next to the same calls one by one (``bench.studies.ceiling``'s
 drivers, ``--batch 1``), in one run.
 
 A turn's driver sends what ``invoke_many`` sends: ONE subscription of the run's channel, ONE
 ``create_many.lua`` for the turn's calls, and (``--modes full``) ONE pipeline of the turn's
 execute messages; then every call's own round trips as a worker and the waiter make them,
 one by one (the workers run the calls one by one; the task-sent events go one by one from
-the dispatcher's events thread). The one-by-one driver is ``bench.ceiling.Driver``, each
+the dispatcher's events thread). The one-by-one driver is ``bench.studies.ceiling.Driver``, each
 round one call. Both report calls/s, the Redis server's CPU per call and the ceiling it
 gives (a core's worth of calls). The bench's store DB (3) and broker DB (4) are flushed
 before and after, under the bench's lock.
@@ -42,7 +42,7 @@ from boundary.store.turns import CREATE_MANY, create_many_args
 
 #: Calls of a turn (a model turn's parallel tool calls).
 TURN = 8
-#: What each call is created with (``bench.ceiling``'s calls are created with the same).
+#: What each call is created with (``bench.studies.ceiling``'s calls are created with the same).
 CREATE_TERMS: Any = {
     "tool_name": NOOP,
     "request": REQUEST,

@@ -20,7 +20,7 @@ from typing import Any
 
 from boundary import Limits, RunContext, ToolCallEnvelope, ToolRegistry, ToolSpec
 from boundary.preflight import preflight
-from examples.tools import registry as example_registry
+from tasks.demo.tools import registry as example_registry
 
 #: Calls per timed round, and rounds per side.
 CALLS = 2_000

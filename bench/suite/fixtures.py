@@ -143,7 +143,7 @@ def write_pending(
 #: The example RAG tool whose sealed runs ``write_rag_runs`` writes (its projector:
 #: ``projectors.rag``), and the registry that holds it.
 RAG_TOOL = "search_docs"
-EXAMPLE_TOOLS = "examples.tools:registry"
+EXAMPLE_TOOLS = "tasks.demo.tools:registry"
 
 
 def rag_raw_response(n: int) -> str:

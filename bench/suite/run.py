@@ -76,7 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--keep",
         type=Path,
-        help="also write the run's JSON here, e.g. bench/results/final/run1.json, for "
+        help="also write the run's JSON here, e.g. bench/results/SET/run1.json, for "
         "python -m bench.reports.readme to quote",
     )
     parser.add_argument("--only", default=",".join(PHASES), help="phases to run, e.g. b1,b2")

@@ -83,7 +83,7 @@ NO_SDK_RECHECK_S = 1.0
 def _tracing() -> bool:
     """Whether spans are worth starting: a provider was given, or the global one is an SDK's.
     Without one the steps still keep their figures (metrics), on a span that records nothing:
-    a no-op span costs about 10 us a step, most of this path (bench.telemetry_hooks)."""
+    a no-op span costs about 10 us a step, most of this path (bench.studies.telemetry_hooks)."""
     global _no_sdk_until
     if _provider is not None:
         return True

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import signal
 import sys
+from typing import Annotated
 
 import typer
 
+from boundary import __version__
 from tasks.cli.demo import demo
 from tasks.cli.interrupts import (
     Interrupted,
@@ -61,6 +63,29 @@ cli = typer.Typer(
     # breaks are not sentence breaks).
     rich_markup_mode="markdown",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"tool-boundary {__version__}")
+        raise typer.Exit()
+
+
+@cli.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version (CHANGELOG.md says what it holds) and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    # The options of ``tool-boundary`` itself, before any command (no docstring: the app's
+    # help stays the one above).
+    pass
 
 
 # --- the console script -------------------------------------------------------------------

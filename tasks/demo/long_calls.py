@@ -1,6 +1,6 @@
 """The demo's long calls: what the boundary is for, shown on the embedded default.
 
-Three calls of ``scan_metrics`` (``examples.long_scan``) run side by side on the ``long``
+Three calls of ``scan_metrics`` (``tasks.demo.long_scan``) run side by side on the ``long``
 queue while the terminal shows their progress bars: one runs to its end; one is cancelled
 mid-way (``ToolBoundary.cancel``: sealed CANCELLED, and the tool stops at its next
 heartbeat); one goes silent on its first attempt as a dead worker would, is found lost by the

@@ -55,7 +55,7 @@ def clean_env() -> dict[str, str]:
 def real_redis_env() -> dict[str, str]:
     """The demo against the test Redis; the examples' tools, a broker DB of its own."""
     settings = celery_test_settings(
-        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="examples.tools:registry"
+        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="tasks.demo.tools:registry"
     )
     # The examples' own raw limit (1 MiB), not the Celery tests' small one.
     env = settings_env(settings)
@@ -156,7 +156,7 @@ def test_demo_with_no_worker_uses_external_workers(
 ) -> None:
     env = real_redis_env()
     settings = celery_test_settings(
-        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="examples.tools:registry"
+        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="tasks.demo.tools:registry"
     )
     flush_db(SUBPROCESS_BROKER_DB)
     # (the long calls run on the "long" queue: the Procfile's worker_long)

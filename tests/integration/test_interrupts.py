@@ -139,7 +139,7 @@ def test_ctrl_c_while_reproject_waits_for_its_results_is_one_line_and_130(
 def test_ctrl_c_in_the_mcp_stdio_server_is_one_line_and_130(redis_client: redis.Redis) -> None:
     pytest.importorskip("mcp")
     # Given the stdio MCP server, which has answered an initialize request
-    settings = celery_test_settings(tools="examples.tools:registry")
+    settings = celery_test_settings(tools="tasks.demo.tools:registry")
     proc = start(clean_env() | settings_env(settings), "mcp", "--transport", "stdio")
     assert proc.stdin is not None and proc.stdout is not None
     request = {

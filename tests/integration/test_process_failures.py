@@ -100,7 +100,7 @@ def test_demo_no_worker_without_workers_fails_fast_with_a_hint(
 ) -> None:
     # Given a reachable Redis and no worker consuming the call queues
     settings = celery_test_settings(
-        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="examples.tools:registry"
+        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="tasks.demo.tools:registry"
     )
     env = clean_env() | settings_env(settings)
 

@@ -217,8 +217,12 @@ def test_store_failing_during_a_call_returns_a_safe_code(
         registry=registry,
         dispatcher=InProcessDispatcher(store, registry, inline=True),
     )
-    # When a call is submitted
-    submission = boundary.submit(envelope("call_1"), make_run())
+    # When a call is submitted (under a run and call id of its own: every other test uses
+    # run-1/call_1, and a late Celery message of an earlier test, for run-1/call_1, taken by
+    # the session's worker thread in this process, would find this record and seal it; the
+    # session's worker's client was never cut)
+    run_id, call_id = "run-store-cut", "call_store_cut"
+    submission = boundary.submit(envelope(call_id, run_id=run_id), make_run(run_id))
     # Then the agent gets a bounded code, and nothing of the driver's error text
     assert submission.outcome is not None
     assert submission.outcome.error_code in {ErrorCode.DISPATCH_FAILED, ErrorCode.STORE_UNAVAILABLE}
@@ -226,7 +230,7 @@ def test_store_failing_during_a_call_returns_a_safe_code(
     assert_nothing_leaks(*texts_of(submission.outcome, submission), all_logs.text)
     assert "127.0.0.1:1" not in all_logs.text
     # And the store really failed: the record could not even be sealed (the reaper's job)
-    assert redis_client.hget(keys.record_key(key_of("call_1")), "status") == "PROJECTING"
+    assert redis_client.hget(keys.record_key(key_of(call_id, run_id)), "status") == "PROJECTING"
     client.close()
 
 

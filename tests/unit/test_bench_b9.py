@@ -1,6 +1,6 @@
 """B9's figure in the report: ``python -m bench``'s figures, target row and spreads take the
 live calls' p50 ratio from B9's results, and the study's table states it against its target.
-(The measurement itself runs in ``tests/test_bench_live_during_job.py``.)"""
+(The measurement itself runs in ``tests/bench/test_live_during_job.py``.)"""
 
 from __future__ import annotations
 

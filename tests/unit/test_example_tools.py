@@ -19,14 +19,11 @@ from boundary import (
     load_registry,
     utf8_size,
 )
-from examples import sqlread
-from examples.docsearch import split_markdown, tokens
-from examples.tools import (
-    DATA_DIR,
-    DB_PATH,
-    DOCS_DIR,
+from tasks.demo import sqlread
+from tasks.demo.bundled import DATA_DIR, DB_PATH, DOCS_DIR, LOG_PATH
+from tasks.demo.docsearch import split_markdown, tokens
+from tasks.demo.tools import (
     DUMP_TIME_LIMIT_S,
-    LOG_PATH,
     SQL_TIME_LIMIT_S,
     delete_rows,
     dump_table,
@@ -381,7 +378,7 @@ class TestRegistry:
         assert [(s.name, s.concurrency) for s in registry if s.limited] == [("audit_metrics", 1)]
 
     def test_the_registry_loads_by_its_import_path(self) -> None:
-        loaded = load_registry("examples.tools:registry")
+        loaded = load_registry("tasks.demo.tools:registry")
 
         assert {spec.name for spec in loaded} == {spec.name for spec in registry}
 

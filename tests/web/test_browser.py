@@ -17,8 +17,10 @@ from tasks.runtime import get_runtime
 from tasks.settings import redis_location
 from tasks.web.app import create_app
 from tests.celery.conftest import RUN
-from tests.web.browser import chromium
+from tests.web.browser import chromium, require_chromium
 from tests.web.server import Served, serving
+
+require_chromium()
 
 #: Longest any browser wait may take, milliseconds (a loaded machine).
 WAIT_MS = 30_000

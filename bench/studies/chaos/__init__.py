@@ -1,1 +1,1 @@
-"""The chaos run (``python -m bench.chaos``) and the reproductions it grew from."""
+"""The chaos run (``python -m bench.studies.chaos``) and the reproductions it grew from."""

@@ -1,0 +1,127 @@
+"""The one table of current figures in ``bench/README.md`` (``<!-- bench:table current
+results/*/*.json -->``): for each figure, the median over the runs of the set that measured it
+last, with the runs' spread, its bound, the set, the commit and the machine; below it, the
+command each set was run with (from the runs' own JSON)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from bench.reports.report import meets
+
+#: A value of one run (``None``: the run does not hold it).
+Extract = Callable[[dict[str, Any]], float | None]
+
+
+def figure(name: str) -> Extract:
+    def extract(document: dict[str, Any]) -> float | None:
+        value = document.get("figures", {}).get(name)
+        return float(value) if isinstance(value, int | float) else None
+
+    return extract
+
+
+def b8(part: str) -> Extract:
+    def extract(document: dict[str, Any]) -> float | None:
+        found = document.get("results", {}).get("b8", {}).get(part, {}).get("ratio")
+        return float(found) if isinstance(found, int | float) else None
+
+    return extract
+
+
+def sealed_runs_per_s(document: dict[str, Any]) -> float | None:
+    found = document.get("sealed", {}).get("runs_per_s", {}).get("median")
+    return float(found) if isinstance(found, int | float) else None
+
+
+#: (what, set, file name prefix, value, bound operator, bound) for each row, in order.
+ROWS: tuple[tuple[str, str, str, Extract, str, float | None], ...] = (
+    ("B1 calls/s, ours / fair peer, threads c=8", "s14", "run",
+     figure("b1_threads_ratio"), ">=", 0.95),
+    ("B1 calls/s, ours / fair peer, prefork c=2", "s14", "run",
+     figure("b1_prefork_ratio"), ">=", 0.95),
+    ("B2 sequential call p50, ours / fair peer", "s14", "run",
+     figure("b2_call_over_bare_call_p50"), "<=", 1.1),
+    ("B2 submit p50 / the peer's apply_async p50", "s14", "run",
+     figure("b2_submit_over_apply_async_p50"), "<=", 1.0),
+    ("B1 one hop (in line) / one-task peer, threads c=8", "s14-inline", "run",
+     figure("b1_threads_bare_one_ratio"), ">=", 0.95),
+    ("B1 one hop (in line) / one-task peer, prefork c=2", "s14-inline", "run",
+     figure("b1_prefork_bare_one_ratio"), ">=", 0.95),
+    ("B2 one hop call p50 / one-task peer", "s14-inline", "run",
+     figure("b2_call_over_bare_one_call_p50"), "<=", 1.15),
+    ("DBOS: calls/s, ours / DBOS at 10 ms polling", "dbos14", "run",
+     figure("dbos_ratio"), ">=", 1.5),
+    ("DBOS: call p50, ours / DBOS at 10 ms polling", "dbos14", "run",
+     figure("dbos_call_p50_ratio"), "<=", 0.25),
+    ("B5 run projections reprocessed a second", "b5", "run",
+     figure("b5_runs_per_s"), ">=", 1000),
+    ("B6 bytes a record, 1,000,000 records", "b6-after", "default",
+     figure("b6s_bytes_per_record"), "<=", None),
+    ("B7 worst event-loop tick lateness, 200 in flight, ms", "b7u", "run",
+     figure("b7_200_tick_lateness_max_ms"), "<", 20),
+    ("B8 a turn of 8's submit / one call's", "b8-quiet4", "run", b8("submit"), "<=", 2.0),
+    ("B8 calls/s in turns / one by one", "b8-quiet4", "run", b8("throughput"), ">=", 1.5),
+    ("B8 runs/s of facts from sealed projections", "b8-quiet2", "reproject-run",
+     sealed_runs_per_s, ">=", 5000),
+    ("B9 live call p50 during a re-projection job / idle", "b9-quiet2", "run",
+     figure("b9_live_p50_ratio"), "<=", 1.5),
+)  # fmt: skip
+
+
+#: The commit and command of a set whose runs' JSON has no ``meta`` (a study's own output).
+NO_META: dict[str, tuple[str, str]] = {
+    "b8-quiet2": (
+        "7682cce",
+        "python -m bench.studies.b8_reproject --redis-url redis://127.0.0.1:PORT --runs 10000 "
+        "--calls 10 --repeat 3 (three times: reproject-run1..3.json)",
+    ),
+}
+
+
+def _num(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def current_table(runs: list[Any]) -> str:
+    """``runs``: every committed run (``Run``: its path under ``bench/`` and its document)."""
+    by_set: dict[str, list[Any]] = {}
+    for run in runs:
+        parts = run.path.split("/")
+        by_set.setdefault(parts[1], []).append(run)
+    lines = [
+        "| figure | median (min-max) | runs | bound | met | set | commit | machine |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    commands: dict[str, str] = {}
+    for what, name, prefix, extract, op, bound in ROWS:
+        chosen = [r for r in by_set.get(name, []) if r.path.split("/")[2].startswith(prefix)]
+        values = [v for r in chosen if (v := extract(r.document)) is not None]
+        if not values:
+            raise ValueError(f"no run of set {name!r} holds {what!r}")
+        median = statistics.median(values)
+        spread = f"{_num(median)} ({_num(min(values))}-{_num(max(values))})"
+        met = "-" if bound is None else ("yes" if meets(median, op, bound) else "**no**")
+        metas = [r.document.get("meta", {}) for r in chosen]
+        fallback_commit, fallback_command = NO_META.get(name, ("?", ""))
+        commits = sorted({m.get("commit", fallback_commit) for m in metas})
+        machine, cores = metas[0].get("cpu"), metas[0].get("cores", 2)
+        where = f"{machine}, {cores} cores" if machine else f"{cores} cores"
+        lines.append(
+            f"| {what} | **{spread}** | {len(values)} | "
+            f"{'-' if bound is None else f'{op} {bound:g}'} | {met} | `{name}` | "
+            f"{', '.join(commits)} | {where} |"
+        )
+        command = metas[0].get("command", fallback_command)
+        if command and name not in commands:
+            commands[name] = command
+    lines.append("")
+    lines.append("The command of each set's first run (the others differ in `runN` only):")
+    lines.append("")
+    for name, command in commands.items():
+        lines.append(f"- `{name}`: `{command}`")
+    return "\n".join(lines)

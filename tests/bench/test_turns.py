@@ -1,0 +1,32 @@
+"""``python -m bench --quick --only b8`` runs B8 (a model turn's calls in one round trip
+against the same calls one by one) to its end on real workers and reports its figures with
+sane types. Its values are not checked against the targets (the machines are too noisy)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.bench.runner import SERVER, run_bench
+from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600 if CI else 240)]
+
+
+def test_b8_reports_turn_submit_and_throughput_figures(tmp_path: Path) -> None:
+    require_service("Redis", REDIS_HOST, REDIS_PORT)
+    document = run_bench(
+        *("--quick", "--json", "--only", "b8", "--redis-url", SERVER, "--out", str(tmp_path)),
+        *("--lock-wait", "600" if CI else "60"),
+        timeout=540,
+    )
+    b8 = document["results"]["b8"]
+    submit, rate = b8["submit"], b8["throughput"]
+    assert submit["size"] == 8
+    assert submit["turn_submit_p50_ms"] > 0 and submit["one_submit_p50_ms"] > 0
+    assert submit["ratio"] == submit["turn_submit_p50_ms"] / submit["one_submit_p50_ms"]
+    assert len(rate["turns_calls_per_s"]) == len(rate["one_by_one_calls_per_s"]) == 3
+    assert all(value > 0 for value in rate["turns_calls_per_s"] + rate["one_by_one_calls_per_s"])
+    assert rate["spread"][0] <= rate["ratio"] <= rate["spread"][1]
+    assert isinstance(submit["met"], bool) and isinstance(rate["met"], bool)
