@@ -1,5 +1,5 @@
 """The worker commands a newcomer copies from the docs serve every queue of the tools it
-serves: with the default registry (``examples.tools:registry``), the long example tools run on
+serves: with the default registry (``tasks.demo.tools:registry``), the long example tools run on
 ``long``, so a worker started ``-Q tools,projections`` never runs them and a long MCP call
 waits until the client gives up."""
 
