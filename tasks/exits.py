@@ -20,6 +20,11 @@ EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 #: An unexpected internal error (a bug): its type is printed, never its message.
 EXIT_INTERNAL = 4
+#: ``reproject``: the job ended with projection failures (a CI dry run fails on a projector
+#: that raises); the summary names them by tool and exception type.
+EXIT_PROJECTIONS_FAILED = 5
+#: ``reproject``: the followed job was cancelled from elsewhere (``jobs cancel``, the web view).
+EXIT_CANCELLED = 6
 #: Interrupted (Ctrl-C): 128 + SIGINT, as shells report it.
 EXIT_INTERRUPTED = 130
 
