@@ -300,6 +300,8 @@ def create_app(
             Route("/favicon.ico", view.favicon),
             Route("/limits", view.limits),
             Route("/jobs", jobs_page.jobs),
+            Route("/jobs/{job_id}", jobs_page.job),
+            Route("/jobs/{job_id}/cancel", jobs_page.cancel_job, methods=["POST"]),
             Route("/runs/{run_id}", view.run),
             Route("/runs/{run_id}/events", view.events),
             Route("/runs/{run_id}/calls/{tool_call_id}", view.call),

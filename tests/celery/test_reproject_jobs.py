@@ -263,6 +263,12 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
     with TestClient(create_app(v1.store)) as web:
         page = web.get("/jobs").text
         call_page = web.get("/runs/r1/calls/c1").text
+        job_page = web.get("/jobs/w1").text
+        forged = web.post("/jobs/w1/cancel", data={"csrf": "forged"})
+        missing = web.get("/jobs/nosuchjob")
+    # (a job's page: its versions and failures by type; a forged cancel is refused)
+    assert "v1 -&gt; v2" in job_page and "RuntimeError: 1" in job_page
+    assert forged.status_code == 403 and missing.status_code == 404
     assert "w1" in page and "done" in page and "PROJECTION_FAILED: 1" in page
     assert "v1 -&gt; v2" in page or "v1 -> v2" in page
     assert "projector version" in call_page
