@@ -5,6 +5,7 @@ its Redis hash) read back as its summary: overall, by tool, by version."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -39,6 +40,7 @@ _FLIP = {EvidenceStatus.EVIDENCE_FOUND.value, EvidenceStatus.NO_EVIDENCE.value}
 _TOOL = "tool:"
 
 
+@functools.lru_cache(maxsize=4096)
 def tool_total(tool: str, kind: str) -> str:
     """The totals' name of a count of ``kind`` for ``tool``."""
     return _TOOL + json.dumps([tool, kind], separators=(",", ":"))
@@ -54,9 +56,29 @@ def _fact_json(fact: ObservedFact) -> dict[str, Any]:
 
 
 def result_patch(before: Any, after: Any) -> list[dict[str, Any]]:
-    """The RFC 6902 JSON Patch from ``before`` to ``after`` (``jsonpatch``)."""
-    patch: list[dict[str, Any]] = jsonpatch.make_patch(before, after).patch
+    """The RFC 6902 JSON Patch from ``before`` to ``after`` (``jsonpatch``; add, remove and
+    replace operations only: a person reads them)."""
+    patch: list[dict[str, Any]] = jsonpatch.JsonPatch.from_diff(
+        before, after, optimization=False
+    ).patch
     return patch
+
+
+def readable_changes(line: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
+    """A run's report line as a person gets it: each changed ``result`` as a JSON Patch
+    (``patch``), without both whole objects unless ``full``. The workers keep both objects in
+    the job's lines; the patch is made where the line is shown (it costs more than the
+    record's projection), so a job's speed does not depend on it."""
+    diff = line.get("diff")
+    if not isinstance(diff, dict):
+        return line
+    for change in diff.get("changed", ()):
+        if change.get("field") != "result" or "before" not in change:
+            continue
+        change["patch"] = result_patch(change["before"], change["after"])
+        if not full:
+            del change["before"], change["after"]
+    return line
 
 
 def facts_diff(
@@ -65,14 +87,13 @@ def facts_diff(
     failed: Mapping[str, str],
     max_failed: int,
     *,
-    full: bool = False,
     diagnostics: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """What changed in a run's facts: facts added and removed (whole, as bounded as the facts
-    are), fields changed (``DIFF_FIELDS``: an evidence flip is a change of
-    ``evidence_status``; a changed ``result`` as a JSON Patch, ``patch``, and with ``full``
-    both whole objects too), and the records whose new projection failed, with their codes
-    and ``diagnostics`` (at most ``max_failed``; the rest counted in ``failed_omitted``)."""
+    are), fields changed (``DIFF_FIELDS``, before and after: an evidence flip is a change of
+    ``evidence_status``; ``readable_changes`` turns a changed ``result`` into a JSON Patch),
+    and the records whose new projection failed, with their codes and ``diagnostics`` (at
+    most ``max_failed``; the rest counted in ``failed_omitted``)."""
     before = {f.tool_call_id: f for f in old.facts}
     after = {f.tool_call_id: f for f in new.facts}
     changed = []
@@ -82,14 +103,15 @@ def facts_diff(
             continue
         was_json, now_json = _fact_json(was), _fact_json(fact)
         for name in DIFF_FIELDS:
-            if was_json[name] == now_json[name]:
-                continue
-            change: dict[str, Any] = {"tool_call_id": call_id, "field": name}
-            if name != "result" or full:
-                change |= {"before": was_json[name], "after": now_json[name]}
-            if name == "result":
-                change["patch"] = result_patch(was_json[name], now_json[name])
-            changed.append(change)
+            if was_json[name] != now_json[name]:
+                changed.append(
+                    {
+                        "tool_call_id": call_id,
+                        "field": name,
+                        "before": was_json[name],
+                        "after": now_json[name],
+                    }
+                )
     shown_failed = dict(list(failed.items())[:max_failed])
     diff: dict[str, Any] = {
         "added": [_fact_json(f) for f in new.facts if f.tool_call_id not in before],

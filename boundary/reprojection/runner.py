@@ -117,7 +117,6 @@ class Reprojector:
             pipeline on its client).
         registry: the tools with their current projectors.
         write: keep side projections (else a dry run: nothing is written).
-        full: a changed ``result`` shows both whole objects besides its JSON Patch.
     """
 
     def __init__(
@@ -126,7 +125,6 @@ class Reprojector:
         registry: ToolRegistry,
         *,
         write: bool = False,
-        full: bool = False,
         timeout_s: float = DEFAULT_PROJECTION_TIMEOUT_S,
     ) -> None:
         side = RedisSideProjections.of(store)
@@ -135,7 +133,6 @@ class Reprojector:
         self.store = store
         self.registry = registry
         self.write = write
-        self.full = full
         self.timeout_s = timeout_s
         self.side = side
         self.limits: Limits = store.limits
@@ -231,9 +228,7 @@ class Reprojector:
         records = len(tool_of)
         old = self.facts.project(run_id, entries)
         new = self.facts.project(run_id, new_entries)
-        diff = facts_diff(
-            old, new, failed, self.limits.max_facts, full=self.full, diagnostics=diagnostics
-        )
+        diff = facts_diff(old, new, failed, self.limits.max_facts, diagnostics=diagnostics)
         touched = (
             {f["tool_call_id"] for f in diff["added"]}
             | {f["tool_call_id"] for f in diff["removed"]}

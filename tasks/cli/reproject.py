@@ -351,6 +351,7 @@ def reproject_command(
             human=human,
             limit=limit,
             total=started.spec.get("total_runs") or None,
+            full=full,
         )
         registry = registry_or_empty(settings)
         run_job(store, settings=settings, registry=registry, job_id=job_id, how=how, stream=stream)

@@ -26,7 +26,7 @@ from rich.text import Text
 
 from boundary import RedisCanonicalStore
 from boundary.registry import ToolRegistry
-from boundary.reprojection import Selection, first_cursor, summary
+from boundary.reprojection import Selection, first_cursor, readable_changes, summary
 from boundary.store.codec import ms
 from boundary.store.redis_jobs import Job, RedisJobs
 from tasks.cli.common import dumps, fail, printable
@@ -126,11 +126,13 @@ def follow(
     *,
     total: int | None = None,
     on_line: Callable[[str], None] | None = None,
+    as_shown: Callable[[str], str] | None = None,
 ) -> tuple[Job | None, int, bool]:
     """Writes the job's report lines to ``stream`` (and hands each to ``on_line``) as they
     come, from its first, until the job has ended and every line is read: the job at its end,
     the lines read, and whether it was left because it made no progress for ``stall_s`` (no
-    worker takes its chunks). On a terminal, a progress line every few seconds."""
+    worker takes its chunks). ``as_shown`` turns a line into what ``stream`` gets. On a terminal,
+    a progress line every few seconds."""
     after, written = "0", 0
     err = Console(stderr=True, highlight=False)
     started = shown = moved = time.monotonic()
@@ -140,7 +142,7 @@ def follow(
         nonlocal after, written
         for entry_id, line in got:
             if stream is not None:
-                stream.write(line + "\n")
+                stream.write((as_shown(line) if as_shown is not None else line) + "\n")
             if on_line is not None:
                 on_line(line)
             after = entry_id
@@ -171,6 +173,20 @@ def follow(
             last_update, moved = job.updated_at_ms, time.monotonic()
         elif time.monotonic() - moved > stall_s:
             return job, written, True
+
+
+def readable(full: bool) -> Callable[[str], str]:
+    """A report line as ``--json``, ``--out`` and pipes get it: a changed result as a JSON
+    Patch (``boundary.reprojection.readable_changes``), ASCII-only with sorted keys."""
+
+    def shown(text: str) -> str:
+        try:
+            line = json.loads(text)
+        except ValueError:
+            return text
+        return dumps(readable_changes(line, full=full))
+
+    return shown
 
 
 def job_summary(job: Job, lines: int | None = None) -> dict[str, Any]:
@@ -284,6 +300,7 @@ class Following:
     human: bool
     limit: int
     total: int | None
+    full: bool = False
 
 
 def run_job(
@@ -307,8 +324,9 @@ def run_job(
     with interrupt_note(note):
         try:
             ended, lines, stalled = follow(
-                jobs, job_id, stream, how.stall_s, total=how.total, on_line=flips.add
-            )
+                jobs, job_id, stream, how.stall_s,
+                total=how.total, on_line=flips.add, as_shown=readable(how.full),
+            )  # fmt: skip
         finally:
             if stream is not None and stream is not sys.stdout:
                 stream.close()

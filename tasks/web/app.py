@@ -301,6 +301,7 @@ def create_app(
             Route("/limits", view.limits),
             Route("/jobs", jobs_page.jobs),
             Route("/jobs/{job_id}", jobs_page.job),
+            Route("/jobs/{job_id}/events", jobs_page.job_events),
             Route("/jobs/{job_id}/cancel", jobs_page.cancel_job, methods=["POST"]),
             Route("/runs/{run_id}", view.run),
             Route("/runs/{run_id}/events", view.events),

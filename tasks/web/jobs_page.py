@@ -1,15 +1,21 @@
-"""The web view's jobs page (``/jobs``): re-projection jobs with their state and progress,
+"""The web view's jobs pages: ``/jobs``, re-projection jobs with their state and progress,
 read from the jobs index and one pipeline of job hashes (counts only, nothing raw), and for
-a running job where its lanes stand at the fleet's cap of chunks (one read a lane)."""
+a running job where its lanes stand at the fleet's cap of chunks (one read a lane);
+``/jobs/ID``, one job with its versions and failures by type, live counts (server-sent
+events) and Cancel (CSRF-checked as a call's)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from boundary.models import is_safe_id
 from boundary.reprojection import summary
@@ -114,3 +120,54 @@ async def cancel_job(request: Request) -> Response:
         store = view.store
         await view.read(lambda: cancel(store, jobs, job_id))
     return RedirectResponse(f"/jobs/{quote(job_id, safe='')}", status_code=303)
+
+
+#: Seconds between two updates of a job's live page, and the longest a stream stays open.
+JOB_EVENTS_EVERY_S = 1.0
+JOB_EVENTS_MAX_S = 3600.0
+
+
+def _live(found: dict[str, Any] | None) -> dict[str, Any]:
+    """What a job's page updates live: counts and its state, nothing else."""
+    if found is None:
+        return {"state": "gone"}
+    totals = found["totals"]
+    return (
+        {
+            "state": found["state"],
+            "active": found["active"],
+            "chunks": found["chunks"],
+            "updated": found["updated"],
+            "lanes": found["lanes"],
+        }
+        | {
+            name: totals[name]
+            for name in ("runs", "runs_changed", "records", "records_changed", "fields_changed")
+        }
+        | {"failed": totals["failed"], "evidence_flips": totals["evidence_flips"]}
+    )
+
+
+async def job_events(request: Request) -> Response:
+    """``GET /jobs/{job_id}/events``: the job's counts as server-sent events, once a second,
+    until it has ended (then one last event) or the page goes."""
+    view = request.app.state.view
+    job_id = request.path_params["job_id"]
+    if not is_safe_id(job_id):
+        return Response(status_code=404)
+
+    async def stream() -> AsyncIterator[str]:
+        began = time.monotonic()
+        while time.monotonic() - began < JOB_EVENTS_MAX_S:
+            found = await view.read(lambda: job_view(view.store, job_id))
+            live = _live(found)
+            yield f"data: {json.dumps(live, sort_keys=True)}\n\n"
+            if live["state"] not in ("running", "cancelling") or await request.is_disconnected():
+                return
+            await asyncio.sleep(JOB_EVENTS_EVERY_S)
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )

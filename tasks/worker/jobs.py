@@ -241,12 +241,7 @@ def _chunk(
     )
     report = ChunkReport()
     if runs:
-        reprojector = Reprojector(
-            runtime.store,
-            runtime.registry,
-            write=bool(spec["write"]),
-            full=bool(spec.get("full")),
-        )
+        reprojector = Reprojector(runtime.store, runtime.registry, write=bool(spec["write"]))
         report = reprojector.runs(runs, selection)
         _log_failures(job_id, report)
     code = jobs.checkpoint(

@@ -266,9 +266,13 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
         job_page = web.get("/jobs/w1").text
         forged = web.post("/jobs/w1/cancel", data={"csrf": "forged"})
         missing = web.get("/jobs/nosuchjob")
+        live = web.get("/jobs/w1/events").text
     # (a job's page: its versions and failures by type; a forged cancel is refused)
     assert "v1 -&gt; v2" in job_page and "RuntimeError: 1" in job_page
     assert forged.status_code == 403 and missing.status_code == 404
+    # (its live counts: an ended job's stream is one event, then it closes)
+    events = [json.loads(e[len("data: ") :]) for e in live.split("\n\n") if e]
+    assert len(events) == 1 and events[0]["state"] == "done" and events[0]["failed"] == 1
     assert "w1" in page and "done" in page and "PROJECTION_FAILED: 1" in page
     assert "v1 -&gt; v2" in page or "v1 -> v2" in page
     assert "projector version" in call_page

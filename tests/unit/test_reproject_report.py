@@ -8,7 +8,7 @@ import json
 from rich.console import Console
 
 from boundary import EvidenceStatus, ObservedFact, ObservedFacts
-from boundary.reprojection import facts_diff, summary, version_text
+from boundary.reprojection import facts_diff, readable_changes, summary, version_text
 from boundary.reprojection.diff import tool_total
 from tasks.cli.reproject_job import Flips, tools_table, version_mismatch
 from tests.reprojection_tools import make_registry
@@ -53,14 +53,19 @@ def test_a_changed_result_is_a_json_patch_and_full_adds_both_objects() -> None:
         return ObservedFacts(run_id="r", facts=(fact,))
 
     old, new = facts({"a": 1, "b": [1, 2]}), facts({"a": 2, "b": [1, 2]})
-    change = facts_diff(old, new, {}, max_failed=10)["changed"][0]
+    line = {"run_id": "r", "diff": facts_diff(old, new, {}, max_failed=10)}
+    # (the workers keep both objects; the line is made readable where it is shown)
+    kept = line["diff"]["changed"][0]
+    assert kept["before"] == {"a": 1, "b": [1, 2]} and kept["after"] == {"a": 2, "b": [1, 2]}
+    change = readable_changes(json.loads(json.dumps(line)))["diff"]["changed"][0]
     assert change == {
         "tool_call_id": "c",
         "field": "result",
         "patch": [{"op": "replace", "path": "/a", "value": 2}],
     }
-    full = facts_diff(old, new, {}, max_failed=10, full=True)["changed"][0]
+    full = readable_changes(line, full=True)["diff"]["changed"][0]
     assert full["before"] == {"a": 1, "b": [1, 2]} and full["after"] == {"a": 2, "b": [1, 2]}
+    assert full["patch"] == change["patch"]
 
 
 def test_the_first_flips_are_listed_up_to_the_limit() -> None:
