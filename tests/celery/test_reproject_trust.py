@@ -144,6 +144,10 @@ def test_write_adds_nothing_for_the_sealed_version_and_observe_names_the_version
     summary = json.loads(result.stdout.splitlines()[-1])
     assert (summary["written"], summary["same_version"], summary["records"]) == (0, 2, 2)
     assert summary["versions"] == {TOOL: "v2 -> v2"}
+    # (a job's runs are the runs selected: what --count counts)
+    counted = json.loads(invoke("reproject", "--tool", TOOL, "--count", "--json").output)
+    by_tool, _ = reproject(tmp_path / "tool.jsonl", "--tool", TOOL)
+    assert json.loads(by_tool.stdout.splitlines()[-1])["runs"] == counted["runs"] == 1
     assert lines[0]["written"] == 0 and lines[0]["changed"] is False
     assert redis_client.keys("tb:{s1}:side*") == []
     # And observe of a version no job wrote exits 1, naming the versions present
