@@ -6,6 +6,9 @@ a report bounded in bytes that expires, and ``jobs delete`` leaving no key."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ from boundary import InProcessDispatcher, RedisCanonicalStore, ToolBoundary
 from boundary.store import keys
 from boundary.store.redis_jobs import Checkpoint, RedisJobs
 from tasks.cli.main import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, cli
-from tasks.exits import EXIT_CANCELLED
+from tasks.exits import EXIT_CANCELLED, EXIT_INTERRUPTED
 from tasks.settings import Settings
 from tasks.wiring.app import REPROJECTIONS_QUEUE
 from tests import reprojection_tools
@@ -31,6 +34,8 @@ from tests.celery.test_reproject_jobs import (
     worker_v2,  # noqa: F401 (a fixture)
     write_runs,
 )
+from tests.celery.workers import ROOT, settings_env
+from tests.integration.test_process_failures import clean_env
 from tests.reprojection_tools import TOOL, make_registry
 
 
@@ -106,11 +111,11 @@ def test_a_job_cancelled_elsewhere_exits_with_its_own_code(
     runs = {f"h{n}": [("c1", "hold" if n == 0 else f"q{n}", 0.9)] for n in range(4)}
     write_runs(v1, runs)
     run_args = [arg for run_id in runs for arg in ("--run", run_id)]
-    log, env = worker_v2
+    _, env = worker_v2
     common = ["--lanes", "1", "--chunk-size", "1", "--job", "away"]
     started = invoke("reproject", "--projectors", "current", *run_args, *common, "--detach")
     assert started.exit_code == EXIT_OK, started.output
-    wait_for(lambda: "reproject_chunk" in log.read_text(errors="replace"))
+    wait_for(lambda: job_state("away")["taken"])
 
     def elsewhere() -> None:
         assert invoke("jobs", "cancel", "away").exit_code == EXIT_OK
@@ -194,3 +199,39 @@ def test_a_report_is_bounded_in_bytes_expires_and_jobs_delete_leaves_no_key(
     assert redis_client.keys("tb:{jobs}:*big*") == []
     assert redis_client.zscore(keys.JOBS, "big") is None
     assert invoke("jobs", "delete", "big").exit_code == EXIT_NOT_FOUND
+
+
+def test_ctrl_c_on_a_follower_says_the_job_goes_on_and_how_to_cancel_it(
+    cli_env: None,  # noqa: F811
+    v1: ToolBoundary,  # noqa: F811
+    worker_v2: tuple[Path, dict[str, str]],  # noqa: F811
+    celery_settings: Settings,
+) -> None:
+    # Given a job whose one chunk is held in the projector, followed by a real process
+    write_runs(v1, {"held-run": [("c1", "hold", 0.9)]})
+    log, env = worker_v2
+    command = str(Path(sys.executable).with_name("tool-boundary"))
+    cli_process = subprocess.Popen(
+        [command, "reproject", "--projectors", "current", "--run", "held-run", "--job", "held"],
+        cwd=ROOT,
+        env=clean_env() | settings_env(celery_settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # When Ctrl-C comes while the chunk runs (the follower is following it)
+        wait_for(lambda: "reproject_chunk[" in log.read_text(errors="replace"))
+        cli_process.send_signal(signal.SIGINT)
+        _, stderr = cli_process.communicate(timeout=30)
+    finally:
+        if cli_process.poll() is None:
+            cli_process.kill()
+            cli_process.wait()
+        Path(env[reprojection_tools.HOLD_ENV]).touch()
+    # Then it exits 130, saying the job goes on and how to follow or cancel it
+    assert cli_process.returncode == EXIT_INTERRUPTED, stderr
+    assert "interrupted" in stderr and "job held goes on in the workers" in stderr
+    assert "tool-boundary jobs cancel held" in stderr and "Traceback" not in stderr
+    # (and it does: the job ends in the workers)
+    assert wait_for(lambda: job_state("held")["state"] == "done")
