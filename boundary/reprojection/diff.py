@@ -18,7 +18,8 @@ from boundary.models import EvidenceStatus, ObservedFact, ObservedFacts
 DIFF_FIELDS = ("evidence_status", "result", "scope")
 #: The plain counts of a job's totals, in the summary's order. ``runs`` are the runs selected
 #: (what ``--count`` counts); ``records_changed`` the records whose facts changed,
-#: ``fields_changed`` the fields (``DIFF_FIELDS``) that did.
+#: ``fields_changed`` the fields (``DIFF_FIELDS``) that did; ``not_registered`` the records
+#: of tools the workers' registry lacks (left as sealed: no projector to run).
 TOTALS = (
     "runs",
     "runs_changed",
@@ -29,6 +30,7 @@ TOTALS = (
     "fields_changed",
     "evidence_flips",
     "failed",
+    "not_registered",
     "unreadable_runs",
     "written",
     "same_version",
@@ -155,6 +157,7 @@ def _by_tool(totals: Mapping[str, int]) -> dict[str, dict[str, Any]]:
             str(tool),
             {
                 "records": 0,
+                "not_registered": 0,
                 "records_changed": 0,
                 "fields_changed": 0,
                 "evidence_flips": {},

@@ -163,6 +163,13 @@ class Reprojector:
         for record, raw in zip(chosen, raws, strict=True):
             if raw is None:
                 continue  # an ERROR record whose raw response was never kept
+            if self.registry.get(record.tool_name) is None:
+                # No projector to compare with: counted apart, never a projection failure.
+                tool = record.tool_name
+                report.totals["not_registered"] += 1
+                report.totals[tool_total(tool, "not_registered")] += 1
+                report.totals[tool_total(tool, f"version:{record.projector_version or ''}>")] += 1
+                continue
             side, why = reprojected(self.registry, record, raw, self.limits, self.timeout_s)
             identity = record.key.identity
             found.sides[identity] = side

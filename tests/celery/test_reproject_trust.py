@@ -16,7 +16,8 @@ from typing import Any
 import redis
 from typer.testing import CliRunner, Result
 
-from boundary import InProcessDispatcher, RedisCanonicalStore, ToolBoundary
+from boundary import InProcessDispatcher, RedisCanonicalStore, ToolBoundary, ToolRegistry
+from boundary.reprojection import Reprojector, Selection, summary
 from boundary.store import keys
 from boundary.store.redis_jobs import Checkpoint, RedisJobs
 from tasks.cli.main import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, cli
@@ -235,3 +236,14 @@ def test_ctrl_c_on_a_follower_says_the_job_goes_on_and_how_to_cancel_it(
     assert "tool-boundary jobs cancel held" in stderr and "Traceback" not in stderr
     # (and it does: the job ends in the workers)
     assert wait_for(lambda: job_state("held")["state"] == "done")
+
+
+def test_records_of_a_tool_the_workers_lack_are_counted_apart_not_failed(
+    v1: ToolBoundary,  # noqa: F811
+) -> None:
+    write_runs(v1, {"u1": [("c1", "a", 0.9)]})
+    report = Reprojector(v1.store, ToolRegistry()).runs(["u1"], Selection(runs=("u1",)))
+    got = summary(report.totals)
+    assert (got["not_registered"], got["failed"], got["records_changed"]) == (1, 0, 0)
+    assert got["versions"] == {TOOL: "v1 -> none"}
+    assert got["tools"][TOOL]["not_registered"] == 1
