@@ -149,6 +149,15 @@ class Settings(BaseSettings, LimitFields):
     #: chunk whose worker died or stalled loses it this long after its last renewal, when
     #: the reaper's sweep frees it for the next chunk in line.
     reproject_lease_s: float = Field(default=30.0, gt=0)
+    #: Bytes of report lines (each run's diff) a re-projection job keeps in the store; past
+    #: it the oldest lines go (a follower has read them). 8 MiB: a few jobs' reports stay far
+    #: below a store's memory, so jobs never crowd calls out (the store refuses calls at its
+    #: memory watermark); ``--out FILE`` keeps the whole report.
+    job_report_max_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024**3)
+    #: Seconds a job (its hash and report lines) stays after its last checkpoint. A day: long
+    #: enough to read a job after a night's run, short enough that old reports do not pile
+    #: up in the store; ``tool-boundary jobs delete ID`` removes one at once.
+    job_report_ttl_s: float = Field(default=86400.0, ge=60, le=30 * 86400)
     #: Monitoring events of the reaper's runs (``tool_boundary.reap``, every
     #: ``reap_interval_s``): off, they stay out of Flower's task list, which they would fill
     #: (task-sent, received, started, succeeded: no event at all); on, they show as any task.

@@ -142,6 +142,12 @@ def side_key(key: CanonicalKey, version: str) -> str:
     return f"{PREFIX}:{{{key.run_id}}}:side:{key.tool_call_id}:{version}"
 
 
+def side_versions_key(run_id: str) -> str:
+    """The projector versions of a run's side projections (a set), expiring with the last of
+    them: what ``observe --projector-version`` names when the version asked has none."""
+    return f"{PREFIX}:{{{run_id}}}:side-versions"
+
+
 #: Re-projection jobs share one hash tag, so a job's scripts touch one Cluster slot.
 _JOBS_TAG = f"{PREFIX}:{{jobs}}"
 #: Every job by id, scored by its creation time (epoch ms): what ``tool-boundary jobs`` lists.

@@ -1,6 +1,7 @@
 """Re-projection jobs in Redis: a small hash per job (its selection, state, each lane's
-cursor and the totals), a capped stream of its report lines, and an index of jobs. Every
-change is one Lua script, so a chunk's cursor, totals and lines move together."""
+cursor and the totals), a stream of its report lines bounded in bytes, and an index of jobs.
+Every change is one Lua script, so a chunk's cursor, totals and lines move together. A job
+and its lines expire ``ttl_s`` after its last checkpoint; ``delete`` removes a finished one."""
 
 from __future__ import annotations
 
@@ -18,11 +19,15 @@ _START = load_script("jobs/start")
 _CHECKPOINT = load_script("jobs/checkpoint")
 _CANCEL = load_script("jobs/cancel")
 _SLOT = load_script("jobs/slot")
+_TAKEN = load_script("jobs/taken")
+_DELETE = load_script("jobs/delete")
 
-#: A job's hash and lines live this long after its last checkpoint (a week).
-DEFAULT_JOB_TTL_S = 7 * 24 * 3600
-#: Report lines a job keeps (older ones are trimmed; a follower reads them as they come).
-DEFAULT_MAX_LINES = 100_000
+#: A job's hash and lines live this long after its last checkpoint (a day; the setting
+#: ``TOOL_BOUNDARY_JOB_REPORT_TTL_S``).
+DEFAULT_JOB_TTL_S = 24 * 3600
+#: Bytes of report lines a job keeps (the oldest go first; a follower reads them as they
+#: come; the setting ``TOOL_BOUNDARY_JOB_REPORT_MAX_BYTES``).
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 
 #: A job's states.
 RUNNING, DONE, CANCELLED, FAILED = "running", "done", "cancelled", "failed"
@@ -55,6 +60,11 @@ class Job:
     finished_at_ms: int | None
     chunks: int
     totals: dict[str, int] = field(default_factory=dict)
+    #: A worker has started a chunk of it (a job never taken is cancelled at once).
+    taken: bool = False
+    #: Bytes of report lines kept, and lines dropped past the byte bound.
+    report_bytes: int = 0
+    lines_trimmed: int = 0
 
     @property
     def active(self) -> bool:
@@ -73,6 +83,9 @@ class Job:
             "updated_at_ms": self.updated_at_ms,
             "finished_at_ms": self.finished_at_ms,
             "totals": dict(sorted(self.totals.items())),
+            "taken": self.taken,
+            "report_bytes": self.report_bytes,
+            "lines_trimmed": self.lines_trimmed,
         }
 
 
@@ -92,6 +105,9 @@ def _job(fields: Mapping[str, str]) -> Job:
         finished_at_ms=int(fields["finished_at"]) if fields.get("finished_at") else None,
         chunks=int(fields.get("chunks", 0)),
         totals={name[2:]: int(value) for name, value in fields.items() if name.startswith("t:")},
+        taken=fields.get("taken") == "1",
+        report_bytes=int(fields.get("report_bytes", 0)),
+        lines_trimmed=int(fields.get("lines_trimmed", 0)),
     )
 
 
@@ -103,20 +119,28 @@ class RedisJobs:
         client: RedisClient,
         *,
         ttl_s: float = DEFAULT_JOB_TTL_S,
-        max_lines: int = DEFAULT_MAX_LINES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self._client = client
         self.ttl_ms = int(ttl_s * 1000)
-        self.max_lines = max_lines
+        self.max_bytes = max_bytes
         self._start = script(client, _START)
         self._checkpoint = script(client, _CHECKPOINT)
         self._cancel = script(client, _CANCEL)
         self._slot = script(client, _SLOT)
+        self._taken = script(client, _TAKEN)
+        self._delete = script(client, _DELETE)
 
     @classmethod
-    def of(cls, store: CanonicalStore) -> RedisJobs | None:
+    def of(
+        cls,
+        store: CanonicalStore,
+        *,
+        ttl_s: float = DEFAULT_JOB_TTL_S,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> RedisJobs | None:
         client = getattr(store, "client", None)
-        return cls(client) if client is not None else None
+        return cls(client, ttl_s=ttl_s, max_bytes=max_bytes) if client is not None else None
 
     def start(self, job_id: str, spec: dict[str, Any], lanes: int, cursor: str) -> tuple[bool, Job]:
         """Creates the job, or finds the one with this id: ``(created, job)``."""
@@ -167,7 +191,7 @@ class RedisJobs:
         """Moves ``lane`` from cursor ``before`` to ``after`` ("" = the lane is done), adding
         ``totals`` and ``lines``, in one script: a ``Checkpoint`` code."""
         ending = "2" if failed else "1" if stop else "0"
-        argv: list[Any] = [lane, before, after, ending, self.ttl_ms, self.max_lines]
+        argv: list[Any] = [lane, before, after, ending, self.ttl_ms, self.max_bytes]
         argv.append(len(totals))
         for name, value in totals.items():
             argv += [name, value]
@@ -184,6 +208,21 @@ class RedisJobs:
             return None
         with translated():
             state = self._cancel(keys=[keys.job_key(job_id)], args=[])
+        return str(state) or None
+
+    def mark_taken(self, job_id: str) -> bool:
+        """Notes that a worker started a chunk of the job (False: no such job)."""
+        with translated():
+            return int(self._taken(keys=[keys.job_key(job_id)], args=[])) == 1
+
+    def delete(self, job_id: str) -> str | None:
+        """Removes a job that is not running and all it kept (hash, lines, index entry): its
+        state before; ``"running"`` (left as it is) or ``None`` (no such job)."""
+        if SAFE_ID.fullmatch(job_id) is None:
+            return None
+        job_keys = [keys.job_key(job_id), keys.job_lines_key(job_id), keys.JOBS]
+        with translated():
+            state = self._delete(keys=job_keys, args=[job_id])
         return str(state) or None
 
     def next_slot(self, job_id: str, lane: int) -> int:

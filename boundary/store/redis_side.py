@@ -65,7 +65,10 @@ class RedisSideProjections:
                 for name in SIDE_FIELDS:
                     argv += [name, fields.get(name) or ""]
                 side = keys.side_key(record.key, fields["projector_version"])
-                self._write(keys=[keys.record_key(record.key), side], args=argv, client=pipe)
+                versions = keys.side_versions_key(record.run_id)
+                self._write(
+                    keys=[keys.record_key(record.key), side, versions], args=argv, client=pipe
+                )
             replies = pipe.execute()
         return [WRITE_CODES[ScriptCode(int(reply))] for reply in replies]
 
@@ -82,6 +85,12 @@ class RedisSideProjections:
             {name: value for name, value in zip(SIDE_FIELDS, values, strict=True) if value}
             for values in replies
         ]
+
+    def versions(self, run_id: str) -> list[str]:
+        """The projector versions the run has side projections of (one SMEMBERS)."""
+        with translated():
+            found: Any = self._client.smembers(keys.side_versions_key(run_id))
+        return sorted(v.decode() if isinstance(v, bytes) else str(v) for v in found)
 
     def ttls_ms(self, call_keys: Sequence[CanonicalKey], version: str) -> list[int]:
         """Each side projection's PTTL (-2: none), in order: for checks."""

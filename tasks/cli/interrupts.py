@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import NoReturn, ParamSpec
 
@@ -37,10 +37,23 @@ class Interrupted(BaseException):
     ``Aborted!`` and exit 1; this passes through it to ``main``."""
 
 
+#: A line a command asks Ctrl-C to print after ``interrupted`` (``interrupt_note``).
+_note: list[str] = []
 #: Set by the first Ctrl-C.
 _interrupted = False
 #: Set while an ``@interruptible`` command runs in its thread: Ctrl-C then only sets the flag.
 _supervising = False
+
+
+@contextlib.contextmanager
+def interrupt_note(text: str) -> Iterator[None]:
+    """While it is open, Ctrl-C prints ``text`` after ``interrupted`` (what goes on, and
+    how to stop it)."""
+    _note.append(text)
+    try:
+        yield
+    finally:
+        _note.remove(text)
 
 
 def was_interrupted() -> bool:
@@ -119,4 +132,6 @@ def exit_interrupted() -> NoReturn:
             stream.flush()
     with contextlib.suppress(OSError, ValueError):
         print("\ninterrupted", file=sys.stderr, flush=True)
+        for text in _note:
+            print(text, file=sys.stderr, flush=True)
     os._exit(EXIT_INTERRUPTED)

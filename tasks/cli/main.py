@@ -27,9 +27,9 @@ from tasks.cli.interrupts import (
     was_interrupted,
 )
 from tasks.cli.jobs import jobs_app
-from tasks.cli.jobs import reproject_command as reproject_jobs_command
 from tasks.cli.limits import limits_app
 from tasks.cli.records import observe, runs, show
+from tasks.cli.reproject import reproject_command
 from tasks.cli.watch import watch
 from tasks.cli.web import web
 from tasks.exits import (
@@ -96,7 +96,7 @@ cli.command()(interruptible(runs))
 cli.command()(interruptible(observe))
 cli.command()(interruptible(watch))
 cli.add_typer(limits_app)
-cli.command(name="reproject")(interruptible(reproject_jobs_command))
+cli.command(name="reproject")(interruptible(reproject_command))
 cli.add_typer(jobs_app)
 cli.command()(interruptible(demo))
 cli.command()(web)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from boundary import (
     ObservedFacts,
 )
 from boundary.diagnostics import Diagnostic
+from boundary.reprojection import versions_present
 from boundary.store.base import CanonicalStore
 from tasks.cli.common import (
     JsonFlag,
@@ -259,6 +261,10 @@ def _print_facts(facts: ObservedFacts) -> None:
             f"excluded: {excluded}"
         )
     )
+    by_version = Counter(f.projector_version or "?" for f in facts.facts)
+    if by_version:
+        counts = ", ".join(f"v{v} {n}" for v, n in sorted(by_version.items()))
+        console.print(Text(f"facts by projector version: {counts}"))
     for number, fact in enumerate(facts.facts, start=1):
         evidence = fact.evidence_status.value
         if fact.evidence_status is EvidenceStatus.NO_EVIDENCE:
@@ -298,6 +304,16 @@ def observe(
         empty = not (facts.facts or facts.excluded or facts.omitted)
         if empty and store.run_summary(run_id) is None:
             fail(f"no run {run_id} (RECORD_NOT_FOUND)", EXIT_NOT_FOUND)
+        if projector_version is not None:
+            present = versions_present(store, run_id)
+            if projector_version not in present:
+                # The sealed facts would read as that version's: say so instead.
+                listed = ", ".join(present) or "none"
+                fail(
+                    f"no call of run {run_id} has a projection of version "
+                    f"{projector_version!r} (versions present: {listed})",
+                    EXIT_NOT_FOUND,
+                )
     if as_json:
         typer.echo(dumps(facts.model_dump(mode="json")))
     else:

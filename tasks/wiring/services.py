@@ -55,17 +55,20 @@ def check_result_backend(app: Any) -> None:
         raise ServiceUnavailable("result backend") from None
 
 
-def check_workers(app: Any, timeout_s: float = WORKER_PING_TIMEOUT_S) -> None:
-    """Some worker consumes each of the call queues (``tools`` and ``projections``)."""
+def check_workers(
+    app: Any, timeout_s: float = WORKER_PING_TIMEOUT_S, queues: tuple[str, ...] = CALL_QUEUES
+) -> None:
+    """Some worker consumes each of ``queues`` (the call queues: ``tools`` and
+    ``projections``)."""
     try:
         replies = app.control.inspect(timeout=timeout_s).active_queues() or {}
     except Exception:
         raise ServiceUnavailable("broker") from None
     consumed = {queue.get("name") for queues in replies.values() for queue in (queues or ())}
-    missing = [name for name in CALL_QUEUES if name not in consumed]
+    missing = [name for name in queues if name not in consumed]
     if missing:
         raise ServiceUnavailable(
             "workers",
             f"no worker consumes {', '.join(missing)}: start one with "
-            f"celery -A tasks worker -Q {','.join(CALL_QUEUES)}",
+            f"celery -A tasks worker -Q {','.join(queues)}",
         )

@@ -33,6 +33,7 @@ from boundary.reprojection import (
 from boundary.store.flow import FlowStanding, ToolLimits
 from boundary.store.redis_jobs import Checkpoint, Job, RedisJobs
 from tasks.runtime import get_runtime
+from tasks.settings import Settings
 from tasks.wiring.app import REPROJECT_CHUNK, app
 from tasks.worker.calls import worker_runtime
 from tasks.worker.chunk_slots import REPROJECT_SLOTS, lane_key, send_chunk, take
@@ -49,10 +50,18 @@ PROGRESS_EVENT = "task-progress"
 
 
 def _jobs() -> RedisJobs:
-    jobs = RedisJobs.of(get_runtime().store)
+    runtime = get_runtime()
+    jobs = jobs_of(runtime.store, runtime.settings)
     if jobs is None:
         raise TypeError("jobs need a Redis canonical store")
     return jobs
+
+
+def jobs_of(store: Any, settings: Settings) -> RedisJobs | None:
+    """The store's jobs, with the report's bounds of ``settings`` (TTL, bytes)."""
+    return RedisJobs.of(
+        store, ttl_s=settings.job_report_ttl_s, max_bytes=settings.job_report_max_bytes
+    )
 
 
 def send_lane(job_id: str, lane: int, countdown_s: float = 0.0) -> None:
@@ -80,6 +89,20 @@ def pace_s(spec: dict[str, Any], lanes: int, records: int) -> float:
         return 0.0
     limit, period_s = rate
     return float(records) * float(period_s) * lanes / float(limit)
+
+
+def _log_failures(job_id: str, report: ChunkReport) -> None:
+    """One WARNING per tool, code and diagnostic (exception type and frame, never the
+    message) of the chunk's failed projections, with how many records failed so."""
+    for (tool, code, why), times in sorted(report.failures.items()):
+        logger.warning(
+            "job %s: projector of tool %s failed on %d record(s): %s, %s",
+            job_id,
+            tool,
+            times,
+            code,
+            why,
+        )
 
 
 def _progress(job: Job, lane: int, runs: int, code: int) -> dict[str, Any]:
@@ -199,6 +222,8 @@ def _chunk(
     if job is None or not job.active or lane in job.ended or lane not in job.cursors:
         return {"job_id": job_id, "lane": lane, "state": job.state if job else "gone"}, None
     on_start(job)
+    if not job.taken:
+        jobs.mark_taken(job_id)
     before = job.cursors[lane]
     if job.cancel:
         code = jobs.checkpoint(job_id, lane, before=before, after=before, totals={}, lines=[])
@@ -218,6 +243,7 @@ def _chunk(
     if runs:
         reprojector = Reprojector(runtime.store, runtime.registry, write=bool(spec["write"]))
         report = reprojector.runs(runs, selection)
+        _log_failures(job_id, report)
     code = jobs.checkpoint(
         job_id,
         lane,

@@ -27,6 +27,7 @@ from boundary import (
 )
 from boundary.store import keys
 from tasks.cli.main import EXIT_OK, EXIT_USAGE, cli
+from tasks.exits import EXIT_PROJECTIONS_FAILED
 from tasks.settings import Settings
 from tasks.web.app import create_app
 from tasks.wiring.app import REPROJECTIONS_QUEUE
@@ -153,11 +154,14 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
     # When a worker with version 2 re-projects them (a dry run)
     result, lines = reproject(tmp_path / "dry.jsonl", "--run", "r1", "--run", "r2")
 
-    # Then each run's line holds the expected diff
-    assert result.exit_code == EXIT_OK, result.output
+    # Then each run's line holds the expected diff, and the job exits 5 (a failure)
+    assert result.exit_code == EXIT_PROJECTIONS_FAILED, result.output
+    assert "1 projection(s) failed (lookup: RuntimeError 1)" in result.output
     assert [line["run_id"] for line in lines] == ["r1", "r2"]
     r1, r2 = lines
     assert r1["changed"] is True and r1["records"] == 4
+    assert (r1["records_changed"], r1["fields_changed"]) == (3, 3)
+    why = r1["diff"].pop("diagnostics")
     assert r1["diff"] == {
         "added": [],
         "removed": [fact("c4", "EVIDENCE_FOUND", {"first": "doc-boom"}, "boom", "1")],
@@ -165,8 +169,7 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
             {
                 "tool_call_id": "c1",
                 "field": "result",
-                "before": {"first": "doc-a"},
-                "after": {"first": "doc-a", "count": 1},
+                "patch": [{"op": "add", "path": "/count", "value": 1}],
             },
             {
                 "tool_call_id": "c2",
@@ -174,22 +177,46 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
                 "before": "EVIDENCE_FOUND",
                 "after": "NO_EVIDENCE",
             },
-            {"tool_call_id": "c2", "field": "result", "before": {"first": "doc-b"}, "after": None},
+            {
+                "tool_call_id": "c2",
+                "field": "result",
+                "patch": [{"op": "replace", "path": "", "value": None}],
+            },
         ],
         "failed": {"c4": "PROJECTION_FAILED"},
     }
+    # (the live path's diagnostic: code, type and frame, never the message)
+    assert set(why) == {"c4"}
+    assert why["c4"]["error_code"] == "PROJECTION_FAILED"
+    assert why["c4"]["exception_type"] == "RuntimeError"
+    assert why["c4"]["function"] == "_project" and why["c4"]["line"] > 0
+    assert why["c4"]["file"].endswith("reprojection_tools.py")
+    assert "message" not in why["c4"]
     assert r2 == {
         "run_id": "r2",
         "changed": False,
         "records": 1,
+        "records_changed": 0,
+        "fields_changed": 0,
         "diff": {"added": [], "removed": [], "changed": [], "failed": {}},
     }
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["state"] == "done"
     assert (summary["runs"], summary["runs_changed"]) == (2, 1)
     assert (summary["records"], summary["records_changed"]) == (5, 3)
-    assert (summary["removed"], summary["changed"], summary["evidence_flips"]) == (1, 3, 1)
+    assert (summary["removed"], summary["fields_changed"], summary["evidence_flips"]) == (1, 3, 1)
     assert summary["failed_by_code"] == {"PROJECTION_FAILED": 1}
+    assert summary["evidence_flips_by_direction"] == {"EVIDENCE_FOUND -> NO_EVIDENCE": 1}
+    assert summary["versions"] == {TOOL: "v1 -> v2"}
+    assert summary["tools"][TOOL]["failed"] == {"RuntimeError": 1}
+    assert summary["tools"][TOOL]["records"] == 5
+    # And the worker logged the failure once, with its type and frame and the count
+    log, _ = worker_v2
+    warned = [
+        line for line in log.read_text(errors="replace").splitlines()
+        if "projector of tool lookup failed on 1 record(s)" in line
+    ]  # fmt: skip
+    assert len(warned) == 1 and "RuntimeError raised at" in warned[0], warned
     # And the sealed records are the same bytes, and nothing was written beside them
     assert record_bytes(redis_client) == before
     assert redis_client.keys("tb:{r1}:side:*") == []
@@ -198,8 +225,12 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
     written, _ = reproject(
         tmp_path / "write.jsonl", "--run", "r1", "--run", "r2", "--write", "--job", "w1"
     )
-    assert written.exit_code == EXIT_OK, written.output
+    assert written.exit_code == EXIT_PROJECTIONS_FAILED, written.output
     assert record_bytes(redis_client) == before
+    # (the failed projection is not written, nor counted as written)
+    written_summary = json.loads(written.stdout.splitlines()[-1])
+    assert (written_summary["written"], written_summary["failed"]) == (4, 1)
+    assert redis_client.exists("tb:{r1}:side:c4:2") == 0
 
     # Then observe by version 2 gives the new facts, from side projections
     observed = invoke("observe", "r1", "--projector-version", "2", "--json")
@@ -209,8 +240,10 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
         fact("c1", "EVIDENCE_FOUND", {"first": "doc-a", "count": 1}, "a", "2"),
         fact("c2", "NO_EVIDENCE", None, "b", "2"),
         fact("c3", "NO_EVIDENCE", None, "none-x", "2"),
+        # (its new projection failed: nothing was written, so its sealed fact stays)
+        fact("c4", "EVIDENCE_FOUND", {"first": "doc-boom"}, "boom", "1"),
     ]
-    assert facts["excluded"] == {"error": 1}
+    assert facts["excluded"] == {}
     assert v1.observe("r1", projector_version="2").model_dump(mode="json") == facts
     by_version = asyncio.run(v1.aobserve("r1", projector_version="2"))
     assert by_version.model_dump(mode="json") == facts
@@ -218,7 +251,9 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
     assert [f.projector_version for f in v1.observe("r1").facts] == ["1"] * 4
     # And every side projection expires no later than its record
     for run_id, calls in RUNS.items():
-        for call_id, _, _ in calls:
+        for call_id, query, _ in calls:
+            if query == "boom":
+                continue
             # (absolute expiry times: two PTTLs read apart would race the clock)
             side = redis_client.execute_command("PEXPIRETIME", f"tb:{{{run_id}}}:side:{call_id}:2")
             record = redis_client.execute_command("PEXPIRETIME", f"tb:{{{run_id}}}:call:{call_id}")
@@ -228,7 +263,18 @@ def test_a_projector_upgrade_gives_the_expected_diff_and_never_changes_a_record(
     with TestClient(create_app(v1.store)) as web:
         page = web.get("/jobs").text
         call_page = web.get("/runs/r1/calls/c1").text
+        job_page = web.get("/jobs/w1").text
+        forged = web.post("/jobs/w1/cancel", data={"csrf": "forged"})
+        missing = web.get("/jobs/nosuchjob")
+        live = web.get("/jobs/w1/events").text
+    # (a job's page: its versions and failures by type; a forged cancel is refused)
+    assert "v1 -&gt; v2" in job_page and "RuntimeError: 1" in job_page
+    assert forged.status_code == 403 and missing.status_code == 404
+    # (its live counts: an ended job's stream is one event, then it closes)
+    events = [json.loads(e[len("data: ") :]) for e in live.split("\n\n") if e]
+    assert len(events) == 1 and events[0]["state"] == "done" and events[0]["failed"] == 1
     assert "w1" in page and "done" in page and "PROJECTION_FAILED: 1" in page
+    assert "v1 -&gt; v2" in page or "v1 -> v2" in page
     assert "projector version" in call_page
 
     # And the secret in the raw responses is in no line, summary, job, page or log
@@ -265,7 +311,8 @@ def test_the_same_job_id_follows_the_same_job(
     first, lines = reproject(tmp_path / "a.jsonl", "--all", "--job", "same")
     again, lines_again = reproject(tmp_path / "b.jsonl", "--all", "--job", "same")
 
-    assert first.exit_code == again.exit_code == EXIT_OK, first.output + again.output
+    assert first.exit_code == again.exit_code == EXIT_PROJECTIONS_FAILED
+    assert "exists: following it" in again.output, first.output + again.output
     assert "exists: following it" in again.output
     assert lines == lines_again and [line["run_id"] for line in lines] == ["r1", "r2"]
     assert json.loads(first.stdout.splitlines()[-1]) == json.loads(again.stdout.splitlines()[-1])
@@ -327,8 +374,9 @@ def test_cancel_stops_a_job_within_one_chunk(
         "--job", "stop", "--lanes", "1", "--chunk-size", "1", "--detach",
     )  # fmt: skip
     assert started.exit_code == EXIT_OK, started.output
-    log, env = worker_v2
-    wait_for(lambda: "reproject_chunk" in log.read_text(errors="replace"))
+    _, env = worker_v2
+    # (its chunk has started: the worker took the job)
+    wait_for(lambda: job_state("stop")["taken"])
 
     # When the job is cancelled while its first chunk runs, and the chunk then ends
     cancelled = invoke("jobs", "cancel", "stop")
@@ -411,7 +459,7 @@ def test_each_chunk_sends_a_progress_event_with_counts_only(
             result, _ = reproject(
                 tmp_path / "lines.jsonl", "--all", "--lanes", "1", "--chunk-size", "1"
             )
-            assert result.exit_code == EXIT_OK, result.output
+            assert result.exit_code == EXIT_PROJECTIONS_FAILED, result.output
             progress = wait_for(
                 lambda: (
                     [e for e in events if e["type"] == "task-progress"][1:]

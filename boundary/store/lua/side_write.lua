@@ -3,6 +3,8 @@
 --
 -- KEYS[1] = record key      tb:{run}:call:<id>
 -- KEYS[2] = side key        tb:{run}:side:<id>:<version>
+-- KEYS[3] = side versions   tb:{run}:side-versions (a set of versions, expiring with the
+--                           last side projection written)
 -- ARGV[1] = created_at (epoch ms) of the record the projection was made from
 -- ARGV[2..] = field, value pairs of the side projection
 --
@@ -24,4 +26,13 @@ end
 redis.call("DEL", KEYS[2])
 redis.call("HSET", KEYS[2], unpack(ARGV, 2))
 redis.call("PEXPIREAT", KEYS[2], expires_at)
+for i = 2, #ARGV - 1, 2 do
+  if ARGV[i] == "projector_version" then
+    local kept_until = redis.call("PEXPIRETIME", KEYS[3])
+    redis.call("SADD", KEYS[3], ARGV[i + 1])
+    if kept_until < expires_at then
+      redis.call("PEXPIREAT", KEYS[3], expires_at)
+    end
+  end
+end
 return CODE.OK

@@ -10,7 +10,8 @@
 -- ARGV[4] = "1": the lane stops here (cancelled); "2": it stops failed (a bug or a store
 --           failure the chunk could not get past); else "0"
 -- ARGV[5] = TTL of the job, ms (refreshed)
--- ARGV[6] = most report lines kept (older ones are trimmed)
+-- ARGV[6] = most bytes of report lines kept (the oldest lines go first; the hash counts the
+--           bytes kept, ``report_bytes``, and the lines dropped, ``lines_trimmed``)
 -- ARGV[7] = n, the number of totals
 -- ARGV[8 .. 7+2n] = total name, increment pairs
 -- ARGV[8+2n ..] = report lines
@@ -36,12 +37,37 @@ for i = 0, n - 1 do
   redis.call("HINCRBY", KEYS[1], "t:" .. ARGV[8 + 2 * i], ARGV[9 + 2 * i])
 end
 local first_line = 8 + 2 * n
-local max_lines = tonumber(ARGV[6])
+local max_bytes = tonumber(ARGV[6])
+local added = 0
 for i = first_line, #ARGV do
-  redis.call("XADD", KEYS[2], "MAXLEN", "~", max_lines, "*", "l", ARGV[i])
+  redis.call("XADD", KEYS[2], "*", "l", ARGV[i])
+  added = added + #ARGV[i]
 end
-if #ARGV >= first_line then
-  redis.call("PEXPIRE", KEYS[2], ARGV[5])
+if added > 0 then
+  local kept = redis.call("HINCRBY", KEYS[1], "report_bytes", added)
+  local dropped = 0
+  -- Oldest first, a page at a time: whole stream nodes empty and are freed.
+  while kept > max_bytes do
+    local oldest = redis.call("XRANGE", KEYS[2], "-", "+", "COUNT", 100)
+    if #oldest == 0 then
+      break
+    end
+    for _, entry in ipairs(oldest) do
+      if kept <= max_bytes then
+        break
+      end
+      redis.call("XDEL", KEYS[2], entry[1])
+      kept = kept - #entry[2][2]
+      dropped = dropped + 1
+    end
+  end
+  if dropped > 0 then
+    redis.call("HSET", KEYS[1], "report_bytes", kept)
+    redis.call("HINCRBY", KEYS[1], "lines_trimmed", dropped)
+  end
+  if redis.call("EXISTS", KEYS[2]) == 1 then
+    redis.call("PEXPIRE", KEYS[2], ARGV[5])
+  end
 end
 redis.call("HSET", KEYS[1], lane, ARGV[3], "updated_at", now)
 redis.call("HINCRBY", KEYS[1], "chunks", 1)
