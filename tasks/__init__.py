@@ -4,7 +4,7 @@ connected (``tasks.worker.signals``), and the dispatcher.
 The rooms, by who runs them: ``settings``, ``runtime``, ``exits`` and ``views`` (shared by
 everything below); ``wiring/`` (how a call travels through Celery, for callers and workers);
 ``worker/`` (only inside a worker); the programs ``cli/``, ``demo/``, ``web/`` and
-``mcp_server/``. ``docs/ARCHITECTURE.md`` draws the tree."""
+``mcp_server/``. ``docs/explanation/architecture.md`` draws the tree."""
 
 import os
 import signal
