@@ -33,7 +33,6 @@ from pydantic import ValidationError
 
 from boundary import CanonicalKey, CanonicalRecord, RedisCanonicalStore, ToolOutcome
 from boundary.call_steps import outcome_from_message
-from boundary.steps import outcome_from_record
 from tasks.settings import Settings
 from tasks.wiring.failures import ToolCallFailed
 
@@ -118,7 +117,7 @@ class RecordResults:
     def _read_meta(self, key: CanonicalKey) -> tuple[dict[str, Any], CanonicalRecord | None]:
         """``record_meta`` and the record it was made from."""
         record = record_store(self.app).get(key, with_raw=False)
-        outcome = None if record is None else outcome_from_record(record)
+        outcome = None if record is None else ToolOutcome.from_record(record)
         return _outcome_meta(key, outcome), record
 
     def wait_record(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
