@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Unpack
 
@@ -45,6 +45,7 @@ from boundary.store.codec import (
     create_args,
     create_result,
     decode_record,
+    ms,
     raw_result,
     seal_args,
     seal_reply,
@@ -54,7 +55,7 @@ from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
 from boundary.store.redis_flow import RedisFlow
 from boundary.store.redis_memory import DEFAULT_MEMORY_WATERMARK, MemoryWatermark
-from boundary.store.redis_pending import RedisPending
+from boundary.store.redis_pending import SCAN_COUNT, RedisPending
 from boundary.store.redis_progress import RedisProgress
 from boundary.store.redis_runs import RedisRuns
 from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier, SyncSealWatch
@@ -71,6 +72,8 @@ DEFAULT_SOCKET_TIMEOUT_S = 5.0
 DEFAULT_MAX_CONNECTIONS = 100
 #: Longest ``WAIT`` for replicas after a create or a seal (``wait_replicas``), ms.
 DEFAULT_WAIT_TIMEOUT_MS = 100
+#: Members of the runs index read per ZRANGE by ``run_ids``.
+RUN_IDS_PAGE = 1000
 #: Runs summarised per pipeline (``run_summaries``).
 SUMMARY_BATCH = 1000
 
@@ -357,6 +360,41 @@ class RedisCanonicalStore(RedisAttempts, RedisPending, RedisProgress, CanonicalS
             reply = next(iter(reply.values()))
         seconds, micros = reply
         return datetime.fromtimestamp(int(seconds) + int(micros) / 1e6, tz=UTC)
+
+    def run_ids(self, *, page: int | None = None) -> Iterator[str]:
+        """The runs index's members whose newest record has not expired, in its order (by
+        the expiry of the run's newest record, then id): no SCAN. The create script keeps
+        the index (``keys.RUNS``); on a cluster ``index_run.lua`` does, right after the
+        create. Read ``page`` members (default ``RUN_IDS_PAGE``; one ZRANGE) at a time as it
+        is iterated, so the list is never held whole: a run that takes a call while the
+        index is read moves to its end, and may be met twice (where it was, where it went)."""
+        page = page or RUN_IDS_PAGE
+        low, skip = ms(self.now()) + 1, 0
+        while True:
+            with _translated():
+                members: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
+                    keys.RUNS, low, "+inf", byscore=True, offset=skip, num=page, withscores=True
+                )
+            for run_id, _ in members:
+                yield run_id
+            if len(members) < page:
+                return
+            # The next page starts at the last score read, past the members of that score
+            # read already (ties are ordered by id).
+            last = int(members[-1][1])
+            same = sum(1 for _, score in members if int(score) == last)
+            low, skip = last, same + skip if last == low else same
+
+    def scanned_run_ids(self) -> Iterator[str]:
+        """Every run with a live budget key, by SCAN of the keyspace (what ``run_ids`` does on
+        a cluster; the benchmark times it beside the index)."""
+        seen: set[str] = set()
+        with _translated():
+            for budget in self.client.scan_iter(match=keys.BUDGET_PATTERN, count=SCAN_COUNT):
+                run_id = keys.run_id_of(budget)
+                if run_id not in seen:
+                    seen.add(run_id)
+                    yield run_id
 
     def run_summary(self, run_id: str) -> RunSummary | None:
         found = self.run_summaries([run_id])

@@ -1,6 +1,6 @@
-"""The calls PROJECTING and the runs, read from Redis's indexes, never the keyspace: the
-reaper's due calls and its decision for each, the counts a metrics scrape reads, and the runs
-index (a mixin of ``RedisCanonicalStore``)."""
+"""The calls PROJECTING, read from Redis's pending indexes, never the keyspace: the reaper's
+due calls and its decision for each, and the counts a metrics scrape reads (a mixin of
+``RedisCanonicalStore``)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ from boundary.store.codes import ScriptCode
 
 #: SCAN batch size hint (and the chunk of runs or calls read per pipeline).
 SCAN_COUNT = 1000
-#: Members of the runs index read per ZRANGE by ``run_ids``.
-RUN_IDS_PAGE = 1000
 
 _REQUEUE = record_script("requeue")
 _UNINDEX_RUN = record_script("unindex_run")
@@ -40,9 +38,9 @@ def _score(score: float) -> str:
 
 
 class RedisPending:
-    """The pending and runs indexes' half of ``RedisCanonicalStore`` (a mixin: the store's own
-    ``requeue_due``, ``due_pending``, ``count_projecting``, ``heartbeat_lag_s``, ``run_ids``
-    and ``scanned_run_ids``, over its ``client``)."""
+    """The pending indexes' half of ``RedisCanonicalStore`` (a mixin: the store's own
+    ``requeue_due``, ``due_pending``, ``count_projecting`` and ``heartbeat_lag_s``, over its
+    ``client``)."""
 
     client: RedisClient
     _cluster: bool
@@ -158,38 +156,3 @@ class RedisPending:
         if self._cluster:
             return [keys.PENDING_RUNS]
         return [keys.PENDING_RUNS, *(keys.pending_key(run_id) for run_id in run_ids)]
-
-    def run_ids(self, *, page: int | None = None) -> Iterator[str]:
-        """The runs index's members whose newest record has not expired, in its order (by
-        the expiry of the run's newest record, then id): no SCAN. The create script keeps
-        the index (``keys.RUNS``); on a cluster ``index_run.lua`` does, right after the
-        create. Read ``page`` members (default ``RUN_IDS_PAGE``; one ZRANGE) at a time as it
-        is iterated, so the list is never held whole: a run that takes a call while the
-        index is read moves to its end, and may be met twice (where it was, where it went)."""
-        page = page or RUN_IDS_PAGE
-        low, skip = ms(self.now()) + 1, 0
-        while True:
-            with translated():
-                members: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
-                    keys.RUNS, low, "+inf", byscore=True, offset=skip, num=page, withscores=True
-                )
-            for run_id, _ in members:
-                yield run_id
-            if len(members) < page:
-                return
-            # The next page starts at the last score read, past the members of that score
-            # read already (ties are ordered by id).
-            last = int(members[-1][1])
-            same = sum(1 for _, score in members if int(score) == last)
-            low, skip = last, same + skip if last == low else same
-
-    def scanned_run_ids(self) -> Iterator[str]:
-        """Every run with a live budget key, by SCAN of the keyspace (what ``run_ids`` does on
-        a cluster; the benchmark times it beside the index)."""
-        seen: set[str] = set()
-        with translated():
-            for budget in self.client.scan_iter(match=keys.BUDGET_PATTERN, count=SCAN_COUNT):
-                run_id = keys.run_id_of(budget)
-                if run_id not in seen:
-                    seen.add(run_id)
-                    yield run_id
