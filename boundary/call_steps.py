@@ -131,20 +131,9 @@ def dispatch_failed(key: CanonicalKey, record: CanonicalRecord | None) -> Submis
 
 
 def outcome_from_record(record: CanonicalRecord) -> ToolOutcome | None:
-    """The agent-facing outcome of a sealed record; ``None`` while PROJECTING."""
-    if record.status is InvocationStatus.READY:
-        return ToolOutcome(
-            tool_call_id=record.tool_call_id,
-            status=InvocationStatus.READY,
-            evidence_status=record.evidence_status or EvidenceStatus.ERROR,
-            result=json.loads(record.agent_result) if record.agent_result else None,
-            scope=json.loads(record.scope) if record.scope else None,
-        )
-    if record.status is InvocationStatus.ERROR:
-        return ToolOutcome.error(
-            record.tool_call_id, record.error_code or ErrorCode.TOOL_EXECUTION_FAILED
-        )
-    return None
+    """The agent-facing outcome of a sealed record; ``None`` while PROJECTING
+    (``ToolOutcome.from_record``)."""
+    return ToolOutcome.from_record(record)
 
 
 def outcome_from_message(

@@ -312,6 +312,23 @@ class ToolOutcome(_Frozen):
         )
 
     @classmethod
+    def from_record(cls, record: CanonicalRecord) -> ToolOutcome | None:
+        """The agent-facing outcome of a sealed record; ``None`` while it is PROJECTING."""
+        if record.status is InvocationStatus.READY:
+            return cls(
+                tool_call_id=record.tool_call_id,
+                status=InvocationStatus.READY,
+                evidence_status=record.evidence_status or EvidenceStatus.ERROR,
+                result=json.loads(record.agent_result) if record.agent_result else None,
+                scope=json.loads(record.scope) if record.scope else None,
+            )
+        if record.status is InvocationStatus.ERROR:
+            return cls.error(
+                record.tool_call_id, record.error_code or ErrorCode.TOOL_EXECUTION_FAILED
+            )
+        return None
+
+    @classmethod
     def running(cls, tool_call_id: str | None, progress: CallProgress | None = None) -> ToolOutcome:
         """The outcome of a wait that ran out while the call was still PROJECTING."""
         return cls(

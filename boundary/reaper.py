@@ -20,7 +20,7 @@ RUN_DEADLINE_EXCEEDED, never run). It also pumps each line, in case a scheduled 
 lost. The fleet's own entries (``boundary.flow.Reserved``: re-projection chunks) have no call
 records to read: their sweep (``sweep_reserved``) frees each slot whose lease ran out unrenewed.
 
-No Celery here: the worker's ``tool_boundary.reap`` task (``tasks.worker.calls``) calls
+No Celery here: the worker's ``tool_boundary.reap`` task (``tasks.worker.upkeep``) calls
 ``reap_once`` with its store, its sender and a way to send a project step again.
 """
 
@@ -31,10 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from boundary import CanonicalKey, ErrorCode, InvocationStatus, StoreError, ToolRegistry, telemetry
+from boundary import telemetry
+from boundary.errors import ErrorCode, StoreError
 from boundary.flow import RELEASE_RENEWED, Flow, Reserved
-from boundary.steps import AttemptSender, send_attempt
-from boundary.store import CanonicalStore, ReapDecision, WriteStatus
+from boundary.models import CanonicalKey, InvocationStatus
+from boundary.registry import ToolRegistry
+from boundary.steps.attempts import AttemptSender, next_attempt
+from boundary.store.base import CanonicalStore, ReapDecision, WriteStatus
 from boundary.store.flow import DueLease, FlowStanding, ToolLimits
 
 logger = logging.getLogger(__name__)
@@ -149,30 +152,22 @@ def _next_attempt(
         if spec is None or not spec.retry.retries(ErrorCode.WORKER_LOST, state.tool_runs):
             return False
         redispatch, backoff_s = False, spec.retry.backoff(state.tool_runs)
-    moved = store.retry_attempt(
+    moved = next_attempt(
+        store,
+        retries.sender,
         key,
+        spec,
         attempt=state.attempt,
-        reap_after_s=backoff_s + retries.max_pending_s,
+        backoff_s=backoff_s,
+        max_pending_s=retries.max_pending_s,
         reap_grace_s=retries.reap_grace_s,
         redispatch=redispatch,
         due_at=judged_at,
     )
-    if isinstance(moved, WriteStatus):
-        return True  # sealed, projected, moved on or started by someone else meanwhile
-    try:
-        send_attempt(
-            store,
-            retries.sender,
-            key,
-            spec,
-            attempt=moved,
-            countdown_s=backoff_s,
-            keep=redispatch,
-        )
-    except Exception as exc:
-        # The record waits for attempt ``moved``; unsent, it is due again after its queue
-        # wait and is then re-sent (bounded) or sealed.
-        logger.error("attempt %d of %s not sent: %s", moved, key.identity, type(exc).__name__)
+    if moved is None or isinstance(moved, WriteStatus):
+        # Sealed, projected, moved on or started by someone else meanwhile; or moved on and
+        # not sent: the record waits for that attempt, due again after its queue wait, and
+        # is then re-sent (bounded) or sealed.
         return True
     logger.warning("call %s lost: attempt %d sent", key.identity, moved)
     return True
@@ -275,22 +270,19 @@ def _send_again(
         return 1
     if state.started:
         return 0  # it reached a worker after all
-    moved = store.retry_attempt(
+    moved = next_attempt(
+        store,
+        retries.sender,
         key,
+        retries.registry.get(tool),
         attempt=state.attempt,
-        reap_after_s=retries.max_pending_s,
+        backoff_s=0.0,
+        max_pending_s=retries.max_pending_s,
         reap_grace_s=retries.reap_grace_s,
         redispatch=True,
         unstarted=True,  # re-checked in the script: a call that started meanwhile is left
     )
-    if isinstance(moved, WriteStatus):
-        return 0
-    try:
-        spec = retries.registry.get(tool)
-        send_attempt(store, retries.sender, key, spec, attempt=moved, countdown_s=0.0, keep=True)
-    except Exception as exc:
-        logger.error("flow: attempt %d of %s not sent: %s", moved, key.identity, type(exc).__name__)
-    return 1
+    return 0 if isinstance(moved, WriteStatus) else 1
 
 
 # --- The sweep of a reserved entry (no call records) ------------------------------------

@@ -1,6 +1,7 @@
-"""What the ablation puts in place of ``boundary.steps.run_bounded``: the tool or projector
-run on the calling thread, without its tool thread and hence without a time limit (the
-``bench.peers.inline`` worker, and the ``inline`` side of ``bench.studies.steps``)."""
+"""What the ablation puts in place of the steps' ``run_bounded`` (``boundary.steps.execute``,
+``boundary.steps.project``): the tool or projector run on the calling thread, without its
+tool thread and hence without a time limit (the ``bench.peers.inline`` worker, and the
+``inline`` side of ``bench.studies.steps``)."""
 
 from __future__ import annotations
 

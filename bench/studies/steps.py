@@ -24,7 +24,8 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 from unittest import mock
 
-import boundary.steps
+import boundary.steps.execute
+import boundary.steps.project
 from bench.peers.tools import NOOP, registry
 from bench.peers.unbounded import run_on_this_thread
 from bench.suite.config import DEFAULT_REDIS_URL, STORE_DB, db_url
@@ -41,7 +42,10 @@ ROUNDS = 5
 
 @contextmanager
 def _on_this_thread() -> Iterator[None]:
-    with mock.patch.object(boundary.steps, "run_bounded", run_on_this_thread):
+    with (
+        mock.patch.object(boundary.steps.execute, "run_bounded", run_on_this_thread),
+        mock.patch.object(boundary.steps.project, "run_bounded", run_on_this_thread),
+    ):
         yield
 
 

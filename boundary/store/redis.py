@@ -17,11 +17,10 @@ from typing import Any, Unpack
 import redis
 import redis.cluster
 import redis.sentinel
-from pydantic import ValidationError
 
 from boundary.errors import StoreUnavailable
 from boundary.limits import Limits
-from boundary.models import CanonicalKey, CanonicalRecord, InvocationStatus, RunContext
+from boundary.models import CanonicalKey, CanonicalRecord, RunContext
 from boundary.store import keys
 from boundary.store._redis_common import record_script, script
 from boundary.store._redis_common import translated as _translated
@@ -36,7 +35,6 @@ from boundary.store.base import (
     CreateResult,
     CreateTerms,
     OpenRunStatus,
-    ReapDecision,
     RunSummary,
     SealTerms,
     ServerFacts,
@@ -52,12 +50,12 @@ from boundary.store.codec import (
     seal_args,
     seal_reply,
 )
-from boundary.store.codes import ScriptCode
 from boundary.store.flow_hooks import FlowHooks
 from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
 from boundary.store.redis_flow import RedisFlow
 from boundary.store.redis_memory import DEFAULT_MEMORY_WATERMARK, MemoryWatermark
+from boundary.store.redis_pending import SCAN_COUNT, RedisPending
 from boundary.store.redis_progress import RedisProgress
 from boundary.store.redis_runs import RedisRuns
 from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier, SyncSealWatch
@@ -74,12 +72,10 @@ DEFAULT_SOCKET_TIMEOUT_S = 5.0
 DEFAULT_MAX_CONNECTIONS = 100
 #: Longest ``WAIT`` for replicas after a create or a seal (``wait_replicas``), ms.
 DEFAULT_WAIT_TIMEOUT_MS = 100
-#: SCAN batch size hint.
-SCAN_COUNT = 1000
-#: Runs summarised per pipeline (``run_summaries``).
-SUMMARY_BATCH = 1000
 #: Members of the runs index read per ZRANGE by ``run_ids``.
 RUN_IDS_PAGE = 1000
+#: Runs summarised per pipeline (``run_summaries``).
+SUMMARY_BATCH = 1000
 
 RedisClient = redis.Redis | redis.cluster.RedisCluster
 
@@ -87,19 +83,8 @@ RedisClient = redis.Redis | redis.cluster.RedisCluster
 _CREATE = record_script("create")
 _STORE_RAW = record_script("store_raw")
 _SEAL = record_script("seal")
-_REQUEUE = record_script("requeue")
-_UNINDEX_RUN = record_script("unindex_run")
 _INDEX_RUN = record_script("index_run")
 _READ_RECORDS = record_script("read_records")
-
-
-def _due_keys(identities: list[str]) -> Iterator[CanonicalKey]:
-    """The keys of a pending set's members (a member that is not an identity is skipped)."""
-    for identity in identities:
-        try:
-            yield CanonicalKey.from_identity(identity)
-        except ValidationError:
-            continue
 
 
 def _sentinel_client(url: str, options: dict[str, Any]) -> redis.Redis:
@@ -120,12 +105,7 @@ def _sentinel_client(url: str, options: dict[str, Any]) -> redis.Redis:
     return client
 
 
-def _score(score: float) -> str:
-    """A sorted-set score as ZSCORE replies it (integral scores without a decimal point)."""
-    return str(int(score)) if float(score).is_integer() else repr(score)
-
-
-class RedisCanonicalStore(RedisAttempts, RedisProgress, CanonicalStore):
+class RedisCanonicalStore(RedisAttempts, RedisPending, RedisProgress, CanonicalStore):
     """Canonical records in Redis (or Redis Cluster), one hash per call.
 
     Args:
@@ -168,8 +148,6 @@ class RedisCanonicalStore(RedisAttempts, RedisProgress, CanonicalStore):
         self._create_many = script(client, CREATE_MANY)
         self._store_raw = script(client, _STORE_RAW)
         self._seal = script(client, _SEAL)
-        self._requeue = script(client, _REQUEUE)
-        self._unindex_run = script(client, _UNINDEX_RUN)
         self._index_runs = script(client, _INDEX_RUN)
         self._read_records = script(client, _READ_RECORDS)
         self._runs = RedisRuns(client, ttl_s, self._now_ms)
@@ -179,6 +157,7 @@ class RedisCanonicalStore(RedisAttempts, RedisProgress, CanonicalStore):
         #: every seal, so a limited tool's slot is given up by whichever step sealed the call.
         self.flow: FlowHooks | None = None
         self._register_attempt_scripts()
+        self._register_pending_scripts()
         self._notifier: SyncSealNotifier | None = None
         self._notifier_lock = threading.Lock()
         #: How long a command may wait for a silent Redis, seconds (the client's socket
@@ -369,30 +348,6 @@ class RedisCanonicalStore(RedisAttempts, RedisProgress, CanonicalStore):
         # -2: no such key; -1: no expiry, which a record never lacks (it is not ours).
         return left if left >= 0 else None
 
-    def requeue_due(
-        self,
-        key: CanonicalKey,
-        *,
-        retry_after_s: float,
-        max_reprojections: int,
-        due_at: datetime | None = None,
-    ) -> ReapDecision:
-        run_keys = [keys.record_key(key), keys.pending_key(key.run_id)]
-        argv: list[str | int] = [
-            key.identity,
-            max(int(retry_after_s * 1000), 1),
-            max_reprojections,
-            "" if due_at is None else ms(due_at),
-        ]
-        with _translated():
-            code = int(self._requeue(keys=run_keys, args=argv))
-        if code >= 1:
-            return ReapDecision.REPROJECT
-        if code == ScriptCode.NOT_DUE:
-            return ReapDecision.LEFT
-        gone = (ScriptCode.MISSING, ScriptCode.NOT_PROJECTING)
-        return ReapDecision.GONE if code in gone else ReapDecision.SEAL
-
     def server_facts(self) -> ServerFacts | None:
         """On a cluster, the worst of its primaries (``redis_facts``)."""
         with _translated():
@@ -405,86 +360,6 @@ class RedisCanonicalStore(RedisAttempts, RedisProgress, CanonicalStore):
             reply = next(iter(reply.values()))
         seconds, micros = reply
         return datetime.fromtimestamp(int(seconds) + int(micros) / 1e6, tz=UTC)
-
-    def count_projecting(self) -> int | None:
-        """The pending sets' sizes of the runs in the pending-runs index (one ZRANGE and one
-        pipeline of ZCARDs, per chunk of runs): its cost follows the runs with calls
-        PROJECTING."""
-        with _translated():
-            run_ids: list[str] = self.client.zrange(keys.PENDING_RUNS, 0, -1)  # type: ignore[assignment]
-            total = 0
-            for start in range(0, len(run_ids), SCAN_COUNT):
-                pipe = self.client.pipeline(transaction=False)
-                for run_id in run_ids[start : start + SCAN_COUNT]:
-                    pipe.zcard(keys.pending_key(run_id))
-                total += sum(int(n) for n in pipe.execute())
-        return total
-
-    def heartbeat_lag_s(self) -> float | None:
-        """Reads the pending-runs index, each indexed run's pending set and three fields of
-        each pending record, in pipelines of ``SCAN_COUNT``: its cost follows the calls
-        PROJECTING, never the keyspace. Meant for a metrics scrape, not for every call."""
-        with _translated():
-            run_ids: list[str] = self.client.zrange(keys.PENDING_RUNS, 0, -1)  # type: ignore[assignment]
-            calls: list[CanonicalKey] = []
-            for start in range(0, len(run_ids), SCAN_COUNT):
-                pipe = self.client.pipeline(transaction=False)
-                for run_id in run_ids[start : start + SCAN_COUNT]:
-                    pipe.zrange(keys.pending_key(run_id), 0, -1)
-                for members in pipe.execute():
-                    calls.extend(_due_keys(members))
-            oldest: int | None = None
-            for start in range(0, len(calls), SCAN_COUNT):
-                pipe = self.client.pipeline(transaction=False)
-                for key in calls[start : start + SCAN_COUNT]:
-                    pipe.hmget(keys.record_key(key), "status", "started_at", "heartbeat_at")
-                for status, started, beat in pipe.execute():
-                    if status != InvocationStatus.PROJECTING.value or not started:
-                        continue
-                    alive = max(int(started), int(beat or 0))
-                    oldest = alive if oldest is None else min(oldest, alive)
-        if oldest is None:
-            return None
-        return max(ms(self.now()) - oldest, 0) / 1000
-
-    def due_pending(self, now: datetime | None = None, limit: int = 1000) -> list[CanonicalKey]:
-        """Reads the pending-runs index, not the keyspace: its cost follows the runs with
-        calls PROJECTING. Runs whose pending set is gone are dropped from the index (unless a
-        create touched them meanwhile), one script call per chunk of the index."""
-        due: list[CanonicalKey] = []
-        if now is None:
-            now = self.now()
-        with _translated():
-            indexed: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
-                keys.PENDING_RUNS, 0, -1, withscores=True
-            )
-            for start in range(0, len(indexed), SCAN_COUNT):
-                chunk = indexed[start : start + SCAN_COUNT]
-                pipe = self.client.pipeline(transaction=False)
-                for run_id, _ in chunk:
-                    pipe.zrangebyscore(
-                        keys.pending_key(run_id), "-inf", ms(now), start=0, num=limit
-                    )
-                    pipe.exists(keys.pending_key(run_id))
-                replies = pipe.execute()
-                gone: list[str] = []
-                for n, (run_id, score) in enumerate(chunk):
-                    members, exists = replies[2 * n], replies[2 * n + 1]
-                    if not exists:
-                        gone += [run_id, _score(score)]
-                    due.extend(_due_keys(members))
-                if gone:
-                    self._unindex_run(keys=self._unindex_keys(gone[::2]), args=gone)
-                if len(due) >= limit:
-                    return due[:limit]
-        return due
-
-    def _unindex_keys(self, run_ids: list[str]) -> list[str]:
-        """``unindex_run.lua``'s KEYS: the index, and on a single Redis the runs' pending keys
-        (the script then checks them itself; on a cluster they are in other hash slots)."""
-        if self._cluster:
-            return [keys.PENDING_RUNS]
-        return [keys.PENDING_RUNS, *(keys.pending_key(run_id) for run_id in run_ids)]
 
     def run_ids(self, *, page: int | None = None) -> Iterator[str]:
         """The runs index's members whose newest record has not expired, in its order (by

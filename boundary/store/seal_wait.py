@@ -33,6 +33,7 @@ import threading
 import time
 from typing import Any
 
+from boundary.store.seal_channels import RECENT_MAX, SealChannel, Wake
 from boundary.store.seal_message import SealMessage, call_of
 
 logger = logging.getLogger(__name__)
@@ -46,53 +47,6 @@ RETRY_S = 0.1
 NOTIFY_CLIENT_NAME = "tb-seal-notify"
 #: Longest read step of the reader, seconds (it unsubscribes idle channels between steps).
 READ_STEP_S = 0.5
-#: Seal messages a subscribed channel keeps for calls created while it was subscribed
-#: (``SyncSealWatch.cover``), and such calls it remembers: the oldest go first.
-RECENT_MAX = 256
-#: Characters of the seal messages a channel keeps, at most (the oldest go first).
-RECENT_MAX_CHARS = 1 << 20
-
-
-class _Wake(threading.Event):
-    """A waiter's event, and the last seal message that set it (``None``: none yet)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.message: str | None = None
-
-
-class _Channel:
-    """One subscribed (or subscribing) channel and the events of the calls watched on it."""
-
-    __slots__ = ("confirmed", "covered", "idle_since", "recent", "recent_chars", "users", "waiters")
-
-    def __init__(self) -> None:
-        self.confirmed = threading.Event()
-        self.waiters: dict[str, set[_Wake]] = {}
-        self.users = 0
-        self.idle_since: float | None = None
-        #: Calls created while this subscription was confirmed: tool_call_id -> the
-        #: monotonic time it was confirmed by (before the create).
-        self.covered: dict[str, float] = {}
-        #: The last seal message of each covered call received (tool_call_id -> message).
-        self.recent: dict[str, str] = {}
-        self.recent_chars = 0
-
-    def keep(self, call: str, message: str) -> None:
-        """Keeps a covered call's seal message; the oldest kept go (and their calls are no
-        longer covered: a waiter on them reads the record) past the count or size cap."""
-        self.drop(call)
-        self.recent[call] = message
-        self.recent_chars += len(message)
-        while len(self.recent) > RECENT_MAX or self.recent_chars > RECENT_MAX_CHARS:
-            oldest = next(iter(self.recent))
-            self.drop(oldest)
-            self.covered.pop(oldest, None)
-
-    def drop(self, call: str) -> None:
-        message = self.recent.pop(call, None)
-        if message is not None:
-            self.recent_chars -= len(message)
 
 
 def _text(value: Any) -> str:
@@ -119,7 +73,7 @@ class SyncSealNotifier:
         self._need = threading.Condition(self._lock)
         self._conn: Any = None
         self._reader: threading.Thread | None = None
-        self._channels: dict[str, _Channel] = {}
+        self._channels: dict[str, SealChannel] = {}
         self._pid = os.getpid()
         #: Bumped on every connection failure: watches of an older generation re-attach.
         self.generation = 0
@@ -134,7 +88,7 @@ class SyncSealNotifier:
 
     # -- used by watches, under no lock of theirs --
 
-    def _acquire(self, channel: str, tool_call_id: str, event: _Wake) -> _Channel:
+    def _acquire(self, channel: str, tool_call_id: str, event: Wake) -> SealChannel:
         with self._lock:
             if self._pid != os.getpid():
                 # A forked child: the parent's connection and reader are not ours.
@@ -142,7 +96,7 @@ class SyncSealNotifier:
                 self._reading, self._following = threading.Lock(), []
             state = self._channels.get(channel)
             if state is None:
-                state = self._channels[channel] = _Channel()
+                state = self._channels[channel] = SealChannel()
                 if self._conn is not None:
                     self._send("SUBSCRIBE", channel)
             state.users += 1
@@ -155,7 +109,7 @@ class SyncSealNotifier:
                 self._reader.start()
             return state
 
-    def _join(self, channel: str, tool_call_id: str, event: _Wake) -> _Channel | None:
+    def _join(self, channel: str, tool_call_id: str, event: Wake) -> SealChannel | None:
         """``_acquire`` of a channel already confirmed on a live connection, else ``None``."""
         with self._lock:
             state = self._live(channel)
@@ -166,7 +120,7 @@ class SyncSealNotifier:
             state.waiters.setdefault(tool_call_id, set()).add(event)
             return state
 
-    def _live(self, channel: str) -> _Channel | None:
+    def _live(self, channel: str) -> SealChannel | None:
         """Under the lock: the channel's state when confirmed on a live connection."""
         state = self._channels.get(channel)
         if (
@@ -178,7 +132,7 @@ class SyncSealNotifier:
             return None
         return state
 
-    def _ticket(self, channel: str, tool_call_id: str) -> tuple[_Channel, int, float] | None:
+    def _ticket(self, channel: str, tool_call_id: str) -> tuple[SealChannel, int, float] | None:
         """Before a call's create: the channel's subscription, if confirmed and live now
         (no round trip), with the generation and time it was seen at; ``None`` else."""
         with self._lock:
@@ -189,7 +143,9 @@ class SyncSealNotifier:
             state.drop(tool_call_id)
             return state, self.generation, time.monotonic()
 
-    def _cover(self, channel: str, tool_call_id: str, ticket: tuple[_Channel, int, float]) -> None:
+    def _cover(
+        self, channel: str, tool_call_id: str, ticket: tuple[SealChannel, int, float]
+    ) -> None:
         """After the call was created: its seal messages are kept for a later waiter, if the
         subscription of ``ticket`` has lasted (same connection) until now."""
         state, generation, since = ticket
@@ -204,8 +160,8 @@ class SyncSealNotifier:
                 state.drop(oldest)
 
     def _join_covered(
-        self, channel: str, tool_call_id: str, event: _Wake
-    ) -> tuple[_Channel, float] | None:
+        self, channel: str, tool_call_id: str, event: Wake
+    ) -> tuple[SealChannel, float] | None:
         """``_join`` for a call covered on the channel's live subscription: its state and the
         time its subscription was confirmed by, with ``event`` set when its seal message came
         already; ``None`` (nothing done) when the call is not covered."""
@@ -223,7 +179,7 @@ class SyncSealNotifier:
                 event.set()
             return state, since
 
-    def _release(self, channel: str, state: _Channel, tool_call_id: str, event: _Wake) -> None:
+    def _release(self, channel: str, state: SealChannel, tool_call_id: str, event: Wake) -> None:
         with self._lock:
             events = state.waiters.get(tool_call_id)
             if events is not None:
@@ -417,8 +373,8 @@ class SyncSealWatch:
         self._notifier = notifier
         self._channel = channel
         self._call = tool_call_id
-        self._event = _Wake()
-        self._state: _Channel | None = None
+        self._event = Wake()
+        self._state: SealChannel | None = None
         self._generation = -1
         self._attached_at = 0.0
 
@@ -446,12 +402,12 @@ class SyncSealWatch:
         self._state = state
         return state is not None
 
-    def ticket(self) -> tuple[_Channel, int, float] | None:
+    def ticket(self) -> tuple[SealChannel, int, float] | None:
         """Taken before the call's record is created (no round trip): the run's channel's
         subscription when confirmed now; hand it to ``cover`` once the record is created."""
         return self._notifier._ticket(self._channel, self._call)
 
-    def cover(self, ticket: tuple[_Channel, int, float] | None) -> None:
+    def cover(self, ticket: tuple[SealChannel, int, float] | None) -> None:
         """The call's record was created after ``ticket``: while that subscription lasts, its
         seal message is kept for a waiter that joins later (``join_covered``)."""
         if ticket is not None:

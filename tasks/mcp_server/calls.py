@@ -23,7 +23,6 @@ from boundary import (
     ToolOutcome,
 )
 from boundary.flow import Flow
-from boundary.steps import outcome_from_record
 from boundary.store.redis_run_owners import RedisRunOwners
 from boundary.store.redis_tasks import RedisTaskIndex, TaskEntry
 from tasks.mcp_server.oauth.principal import Principal
@@ -113,7 +112,7 @@ class BoundaryCalls:
         record = store.get(key, with_raw=False)
         if record is None:
             return None
-        outcome = outcome_from_record(record)
+        outcome = ToolOutcome.from_record(record)
         message = record.progress_message
         flow = store.flow
         if outcome is None and isinstance(flow, Flow):

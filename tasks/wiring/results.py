@@ -32,7 +32,6 @@ from pydantic import ValidationError
 
 from boundary import CanonicalKey, CanonicalRecord, RedisCanonicalStore, ToolOutcome
 from boundary.call_steps import give_up_at, time_left
-from boundary.steps import outcome_from_record
 from boundary.waits import on_seal, polling, wait_sealed
 from tasks.settings import Settings
 from tasks.wiring.failures import ToolCallFailed
@@ -114,7 +113,7 @@ class RecordResults:
     def record_meta(self, key: CanonicalKey) -> dict[str, Any]:
         """The project task's Celery meta, as the record now says."""
         record = record_store(self.app).get(key, with_raw=False)
-        return _outcome_meta(key, None if record is None else outcome_from_record(record))
+        return _outcome_meta(key, None if record is None else ToolOutcome.from_record(record))
 
     def wait_record(self, key: CanonicalKey, timeout: float | None) -> dict[str, Any] | None:
         """The project task's meta once the record is sealed, waiting at most ``timeout``
@@ -131,7 +130,7 @@ class RecordResults:
 
         def read() -> ToolOutcome | CanonicalRecord | None:
             record = store.get(key, with_raw=False)
-            return None if record is None else outcome_from_record(record) or record
+            return None if record is None else ToolOutcome.from_record(record) or record
 
         watch = store.watch_seal(key)
         try:

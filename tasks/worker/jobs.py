@@ -35,8 +35,8 @@ from boundary.store.redis_jobs import Checkpoint, Job, RedisJobs
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tasks.wiring.app import REPROJECT_CHUNK, app
-from tasks.worker.calls import worker_runtime
 from tasks.worker.chunk_slots import REPROJECT_SLOTS, lane_key, send_chunk, take
+from tasks.worker.process import worker_runtime
 from tasks.worker.step_store import retrying
 
 logger = logging.getLogger(__name__)

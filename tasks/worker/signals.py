@@ -16,8 +16,8 @@ from celery import signals
 from boundary.call_context import set_progress_listener
 from tasks.wiring.app import app
 from tasks.worker import drain
-from tasks.worker.calls import execute_tool, progress_events, seal_when_retries_run_out
 from tasks.worker.event_flush import SpacedEventFlush
+from tasks.worker.execute import execute_tool, seal_when_retries_run_out
 from tasks.worker.format_check import check_store_format
 from tasks.worker.gc_tuning import freeze_start_up_heap
 from tasks.worker.metrics_endpoint import serve_metrics, stop_metrics
@@ -27,6 +27,7 @@ from tasks.worker.pool_hooks import (
     run_tools_in_line,
 )
 from tasks.worker.prefork_start import killed_children_do_not_fail_the_start
+from tasks.worker.process import progress_events
 from tasks.worker.startup import check_runtime
 from tasks.worker.trace_logs import add_trace_ids
 

@@ -20,7 +20,7 @@ from boundary import (
     ToolRegistry,
 )
 from boundary.call_steps import outcome_from_message, outcome_from_record
-from boundary.store import keys
+from boundary.store import keys, seal_channels
 from boundary.store.seal_message import SealMessage
 from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier
 from tasks.wiring.app import create_app
@@ -404,16 +404,14 @@ def test_a_project_tasks_async_result_woken_by_the_seal_message_reads_no_more(
 
 
 def test_a_channel_keeps_covered_calls_messages_within_its_caps() -> None:
-    from boundary.store import seal_wait
-
-    state = seal_wait._Channel()
-    for n in range(seal_wait.RECENT_MAX + 1):
+    state = seal_channels.SealChannel()
+    for n in range(seal_channels.RECENT_MAX + 1):
         state.covered[f"k{n}"] = 0.0
         state.keep(f"k{n}", f"k{n}\nmessage")
     # The oldest message went past the count cap, and its call is no longer covered (read)
-    assert len(state.recent) == seal_wait.RECENT_MAX and "k0" not in state.recent
+    assert len(state.recent) == seal_channels.RECENT_MAX and "k0" not in state.recent
     assert "k0" not in state.covered and "k1" in state.covered
     # A message past the size cap pushes the others out, then itself
     state.covered["big"] = 0.0
-    state.keep("big", "big\n" + "x" * seal_wait.RECENT_MAX_CHARS)
+    state.keep("big", "big\n" + "x" * seal_channels.RECENT_MAX_CHARS)
     assert state.recent == {} and state.recent_chars == 0 and "big" not in state.covered

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks.worker import calls
+from tasks.worker import process as calls
 
 
 def test_the_terms_are_made_once_and_follow_their_settings(

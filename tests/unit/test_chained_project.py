@@ -1,4 +1,4 @@
-"""The execute task sends its chained project step itself (``tasks.worker.chained_project``):
+"""The execute task sends its chained project step itself (``tasks.worker.project_sender``):
 the message and the task-sent event must be the ones Celery's chain follow-up
 (``celery.app.trace``) sends for the same request, field for field."""
 
@@ -16,8 +16,8 @@ from tasks.settings import Settings
 from tasks.wiring.app import EXECUTE, PROJECT, PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tasks.wiring.dispatcher import CeleryDispatcher, _Origin
 from tasks.wiring.failures import CodeOnlyFailures
-from tasks.worker.calls import _chained_project_reports, project_result
-from tasks.worker.chained_project import ChainedProject
+from tasks.worker.project import project_result
+from tasks.worker.project_sender import ProjectSender, _report_only
 from tests.unit.test_dispatch_message import sent
 
 KEY = CanonicalKey(run_id="run-7", tool_call_id="call_a1")
@@ -120,14 +120,14 @@ def test_the_execute_task_sends_the_project_message_celerys_follow_up_sends(
     capture_events(app, sender, sent_events)
     request = execute_request(app, attempt=attempt, traceparent=traceparent)
     if report:
-        _chained_project_reports(request)
+        _report_only(request)
     chain = [dict(step) for step in request.chain]
 
     # When Celery's follow-up sends it, and then our sender for the same request
     celery_follow_up(app, request)
     through_celery = read(app, PROJECTIONS_QUEUE)
     request.chain = chain
-    assert ChainedProject(app, lambda: sender).send(request)
+    assert ProjectSender(app, lambda: sender).send_chained(request)
     sent_here = read(app, PROJECTIONS_QUEUE)
 
     # Then the two messages and their task-sent events are equal, and Celery has no chain
@@ -158,7 +158,7 @@ def test_a_chain_of_another_shape_is_left_to_celery() -> None:
     for chain in (None, [], two_steps, other_task, linked):
         request.chain = chain
         # When the execute task returns, Then it sends nothing and the chain stays
-        assert not ChainedProject(app, lambda: CeleryDispatcher(app)).send(request)
+        assert not ProjectSender(app, lambda: CeleryDispatcher(app)).send_chained(request)
         assert request.chain is chain
 
 
@@ -174,7 +174,7 @@ def test_publish_signal_receivers_leave_the_chain_to_celery() -> None:
     signals.before_task_publish.connect(receiver)
     try:
         # Then the chain is left to Celery's own path, which sends that signal
-        assert not ChainedProject(app, lambda: CeleryDispatcher(app)).send(request)
+        assert not ProjectSender(app, lambda: CeleryDispatcher(app)).send_chained(request)
     finally:
         signals.before_task_publish.disconnect(receiver)
     assert request.chain is chain
@@ -195,7 +195,7 @@ def test_a_publish_that_fails_leaves_the_chain_to_celery() -> None:
 
     # When the execute task returns, Then nothing was sent by it: Celery's follow-up still has
     # the chain to send, its way
-    assert not ChainedProject(app, lambda: sender).send(request)
+    assert not ProjectSender(app, lambda: sender).send_chained(request)
     assert request.chain is chain
 
 
@@ -204,8 +204,8 @@ def test_a_setting_changed_after_a_send_is_read_again(sent_events: list[Any]) ->
     app = worker_app()
     sender = CeleryDispatcher(app)
     capture_events(app, sender, sent_events)
-    chained = ChainedProject(app, lambda: sender)
-    assert chained.send(execute_request(app))
+    chained = ProjectSender(app, lambda: sender)
+    assert chained.send_chained(execute_request(app))
     read(app, PROJECTIONS_QUEUE)
 
     # When a setting it reads changes (another task protocol, then eager tasks), Then the
@@ -215,10 +215,10 @@ def test_a_setting_changed_after_a_send_is_read_again(sent_events: list[Any]) ->
         chain = request.chain
         setattr(app.conf, name, value)
         try:
-            assert not chained.send(request)
+            assert not chained.send_chained(request)
             assert request.chain is chain
         finally:
             del app.conf.changes[name]  # back to the app's own value
 
     # And once it is as it was, the next send goes again
-    assert chained.send(execute_request(app))
+    assert chained.send_chained(execute_request(app))

@@ -17,7 +17,22 @@ floor or one below (``TASKS_FLOORS``), and its import graph has no circle:
    ``web/``; ``demo/`` (serves the web view);
    ``cli/`` (starts every program).
 
-A new module of ``tasks/`` must be given a floor here before the test passes. ``bench/``'s
+``boundary/`` is on floors too (``BOUNDARY_FLOORS``), bottom up; every import points to the
+same floor or one below:
+
+0. the ground: records, errors, limits and their sizes, diagnostics, JSON arguments and
+   schemas, the tool-thread bound;
+1. what describes a tool and checks a call against it (registry, preflight), telemetry;
+2. ``store/``: the canonical store and its Redis implementation;
+3. what a running call and a limited tool use over the store (call context, progress, flow);
+4. the worker's steps (``steps/``), re-projection and the reaper;
+5. the caller's calls: the shared call steps, dispatch, the sync and async paths, handles,
+   turns, ``ToolBoundary``;
+6. ``boundary/__init__.py``, the package's face;
+7. ``adapters/``, built on the face.
+
+A new module of ``tasks/`` must be given a floor here before the test passes (one of
+``boundary/`` without a floor is not checked: give it one). ``bench/``'s
 import graph has no circle either, and no module of ``boundary/``, ``projectors/`` or
 ``tasks/`` imports ``bench`` or ``tests``.
 """
@@ -246,3 +261,67 @@ def test_the_library_and_its_programs_import_no_bench_or_tests(package: str) -> 
         if base.split(".")[0] in ("bench", "tests")
     ]
     assert found == []
+
+
+#: The floors of ``boundary/``, bottom up (the module docstring says what each holds): a
+#: module's floor is that of the longest prefix naming it (``boundary`` itself: the package's
+#: ``__init__`` only).
+BOUNDARY_FLOORS: dict[str, int] = {
+    **dict.fromkeys(
+        (
+            "boundary.errors",
+            "boundary.limits",
+            "boundary.record_size",
+            "boundary.models",
+            "boundary.diagnostics",
+            "boundary.fingerprint",
+            "boundary.jsonargs",
+            "boundary.schema",
+            "boundary.tool_threads",
+            "boundary.admission",
+        ),
+        0,
+    ),
+    **dict.fromkeys(
+        ("boundary.registry", "boundary.preflight", "boundary.handover", "boundary.telemetry"), 1
+    ),
+    "boundary.store": 2,
+    **dict.fromkeys(
+        ("boundary.call_context", "boundary.progress", "boundary.flow", "boundary.flow_terms"), 3
+    ),
+    **dict.fromkeys(("boundary.steps", "boundary.reprojection", "boundary.reaper"), 4),
+    **dict.fromkeys(
+        (
+            "boundary.call_steps",
+            "boundary.dispatch",
+            "boundary.door",
+            "boundary.sync_calls",
+            "boundary.aio_calls",
+            "boundary.handle",
+            "boundary.turns",
+            "boundary.core",
+        ),
+        5,
+    ),
+    "boundary": 6,
+    "boundary.adapters": 7,
+}
+
+
+def test_boundary_imports_no_module_of_a_higher_floor() -> None:
+    edges = graph_of(modules_of("boundary"))
+    placed = {
+        module: targets
+        for module, targets in edges.items()
+        if floor_of(module, BOUNDARY_FLOORS) is not None
+    }
+    assert list(upward_imports(placed, BOUNDARY_FLOORS)) == []
+
+
+def test_the_boundary_floor_check_finds_an_import_up() -> None:
+    # The worker's steps build an outcome from a record by the outcome type itself, never
+    # through the caller's shared steps (a floor above them).
+    edges = {"boundary.steps.project": {"boundary.call_steps"}, "boundary.call_steps": set()}
+    assert list(upward_imports(edges, BOUNDARY_FLOORS)) == [
+        "boundary.steps.project (floor 4) imports boundary.call_steps (floor 5)"
+    ]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from boundary.diagnostics import Diagnostic, Stage
 from boundary.errors import ErrorCode
 from boundary.models import CanonicalRecord, EvidenceStatus, InvocationStatus
-from boundary.steps import _size_bound, record_fits, record_size
+from boundary.record_size import _size_bound, record_fits, record_size
 
 NOW = datetime(2026, 12, 4, 12, 0, 0, 123456, tzinfo=UTC)
 

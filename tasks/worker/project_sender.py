@@ -1,5 +1,15 @@
-"""The project step chained to an execute message, sent by the execute task itself.
+"""The worker's one sender of project steps: the only code that sends a call's project task or
+touches the ``chain`` of an execute request.
 
+An execute task ends with a plan for its call's project step (``boundary.steps.plan``:
+``PROJECT``, ``REPORT`` or ``SKIP``), and ``ProjectSender.send`` carries it out: the step riding
+in the request's ``chain`` goes as it is, goes with ``report=True``, or is dropped. The
+watchdog's early send (``send_early``: a call it sealed while its step still runs in line) is
+that plan sent at once, under the call's usual project task id; a project step sent again (the
+reaper's, or after the store failed under it: ``send_projection``, ``resend``) goes from here
+too.
+
+The chained step is published the way Celery's chain follow-up would send it, with less work.
 Celery sends a task's ``chain`` after the task returns (``celery.app.trace``): it makes a
 ``Signature`` of the next step, merges its options, and goes through ``Task.apply_async`` and
 ``Celery.send_task`` (exec options, the router, ``AsyncResult``, the parent's trail) before
@@ -15,8 +25,8 @@ same producer batch (on Redis one pipeline: one round trip for both, in Celery's
 The message is the one Celery's follow-up sends, field for field
 (``tests/unit/test_chained_project.py``): task, root and parent ids, ``argsrepr``, the
 caller's trace context in its headers, ``reply_to``, an empty ``chain``; so is its task-sent
-event. Once the message is out, the request's
-``chain`` is cleared and Celery has nothing left to send.
+event. Once the message is out, the request's ``chain`` is cleared and Celery has nothing left
+to send.
 
 Anything unusual (a chain of another shape, publish signals with receivers, routers that are
 not plain maps, another task protocol, inherited priorities) leaves the chain to Celery, as
@@ -34,8 +44,11 @@ from typing import Any
 from celery import Celery, signals
 from celery.app.routes import MapRoute
 
-from tasks.wiring.app import PROJECT
+from boundary import CanonicalKey
+from boundary.steps.plan import ProjectPlan
+from tasks.wiring.app import PROJECT, PROJECTIONS_QUEUE
 from tasks.wiring.dispatcher import CeleryDispatcher
+from tasks.worker.step_store import STORE_RETRY_DELAY_S
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +68,9 @@ _SETTINGS = (
 )
 
 
-class ChainedProject:
-    """Sends the project step riding in an execute request's ``chain`` option."""
+class ProjectSender:
+    """Sends a process's project steps: an execute request's chained one, as its plan says,
+    and the ones sent on their own (early, again)."""
 
     def __init__(self, app: Celery, sender: Callable[[], CeleryDispatcher]) -> None:
         #: The worker's app: its project task's options, its configuration.
@@ -70,7 +84,57 @@ class ChainedProject:
         #: values of ``_SETTINGS``, the values read).
         self._read: tuple[Any, tuple[Any, ...], tuple[Any, ...]] | None = None
 
-    def send(self, request: Any) -> bool:
+    def send(self, request: Any, plan: ProjectPlan) -> None:
+        """Carries out ``plan`` for the project step chained to the execute ``request``,
+        once the execute task ends (on a normal return: a failed task sends no chain)."""
+        if plan is ProjectPlan.SKIP:
+            request.chain = None
+            return
+        if plan is ProjectPlan.REPORT:
+            _report_only(request)
+        self.send_chained(request)
+
+    def send_early(self, key: CanonicalKey) -> None:
+        """The watchdog sealed a call whose step still runs in line: its project step goes
+        out now, only to report the seal (under its usual task id), so its waiters and
+        Flower see the end on time. It may run after the record is gone and its ids taken
+        again: a report never seals."""
+        self.send_projection(key, report=True)
+
+    def send_projection(
+        self, key: CanonicalKey, *, attempt: int = 0, countdown: float = 0, report: bool = False
+    ) -> None:
+        """Sends a call's project step (again), under its usual task id so its waiters wake;
+        ``report``: one that only reports the call's sealed outcome. Raises when it cannot."""
+        ids = (key.run_id, key.tool_call_id)
+        kwargs: dict[str, Any] = {"attempt": attempt} if attempt else {}
+        if report:
+            kwargs["report"] = True
+        self.app.tasks[PROJECT].apply_async(
+            args=ids,
+            kwargs=kwargs,
+            task_id=key.task_id("project"),
+            queue=PROJECTIONS_QUEUE,
+            countdown=countdown or None,
+            argsrepr=repr(ids),
+            kwargsrepr=repr(kwargs),
+        )
+
+    def resend(self, key: CanonicalKey, attempt: int, *, resends: int) -> None:
+        """The store failed under the project step of ``attempt`` (the record is still
+        PROJECTING): the step goes again after a growing delay, at most ``resends`` times,
+        rather than leave the call to the reaper, which may be an hour away. The reaper stays
+        the backstop (a broker on the same failed Redis)."""
+        if attempt >= resends:
+            return
+        delay = min(STORE_RETRY_DELAY_S * 2 ** (attempt + 2), 60.0)
+        try:
+            self.send_projection(key, attempt=attempt + 1, countdown=delay)
+            logger.warning("project %s sent again in %.0fs (store failed)", key.identity, delay)
+        except Exception as exc:
+            logger.error("project %s not sent again: %s", key.identity, type(exc).__name__)
+
+    def send_chained(self, request: Any) -> bool:
         """Publishes ``request``'s chained project step and clears its ``chain`` (True);
         False when it is left to Celery's chain follow-up (the chain is then untouched)."""
         step = _project_step(getattr(request, "chain", None))
@@ -165,6 +229,18 @@ class ChainedProject:
         with self._lock:
             self._routed[queue] = routed
         return routed
+
+
+def _report_only(request: Any) -> None:
+    """The project step chained to this execute request only reports the call's sealed
+    outcome (``project_result(report=True)``)."""
+    chain = request.chain
+    if not chain:
+        return
+    step = chain[-1]
+    kwargs = {**(step.get("kwargs") or {}), "report": True}
+    step["kwargs"] = kwargs
+    step.setdefault("options", {})["kwargsrepr"] = repr(kwargs)
 
 
 def _project_step(chain: Any) -> dict[str, Any] | None:
