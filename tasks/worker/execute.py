@@ -12,14 +12,13 @@ from typing import Any
 from billiard.exceptions import WorkerLostError
 from celery.exceptions import SoftTimeLimitExceeded
 
-from boundary import ErrorCode, StoreError, telemetry
+from boundary import ErrorCode, StoreError, formats, telemetry
 from boundary.call_steps import key_of
 from boundary.formats import FormatTooNew
 from boundary.steps.execute import execute_step
 from boundary.steps.plan import Attempted, InLine, ProjectPlan, after_execute
 from tasks.wiring.app import EXECUTE, app
 from tasks.wiring.failures import CodeOnlyFailures, ToolCallFailed
-from tasks.worker import format_check
 from tasks.worker.process import (
     attempt_terms,
     progress_events,
@@ -73,10 +72,6 @@ def execute_tool(
     call to the next one), the chained project step is dropped: the current attempt's
     message carries its own, so the project task of a call runs once.
     """
-    refused = format_check.refused_message(task.request, run_id, tool_call_id, attempt)
-    if refused is not None:  # a newer version's message (boundary.formats): no project step
-        project_sender.send(task.request, ProjectPlan.SKIP)
-        raise ToolCallFailed(refused)
     attempted = _execute(task.request, run_id, tool_call_id, attempt)
     project_sender.send(task.request, attempted.plan)
     if attempted.failed is None:
@@ -91,6 +86,9 @@ def _execute(request: Any, run_id: str, tool_call_id: str, attempt: int) -> Atte
         return _INVALID_KEY
     try:
         runtime = worker_runtime()
+        refused = formats.refuse_newer_message(runtime.store, request, key, attempt)
+        if refused is not None:  # a newer version's message (boundary.formats): no project step
+            return Attempted(ProjectPlan.SKIP, "FAILED", refused)
         settings = runtime.settings
         terms = attempt_terms()
         in_line = None
@@ -121,7 +119,9 @@ def _execute(request: Any, run_id: str, tool_call_id: str, attempt: int) -> Atte
             runtime.store, retried, key, executed, attempt=attempt, in_line=in_line
         )
     except FormatTooNew:  # a newer version's record (boundary.formats): logged there
-        return Attempted(ProjectPlan.SKIP, "FAILED", format_check.seal_too_new(key, attempt))
+        return Attempted(
+            ProjectPlan.SKIP, "FAILED", formats.seal_too_new(worker_runtime().store, key, attempt)
+        )
     except Exception as exc:
         # Only the type: the text may hold a URL or a payload.
         logger.error("execute %s failed: %s", key.identity, type(exc).__name__)

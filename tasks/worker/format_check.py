@@ -11,37 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from boundary import CanonicalKey, ErrorCode, formats
-from boundary.call_steps import key_of
+from boundary import formats
 from tasks.exits import EXIT_USAGE
 from tasks.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
-
-
-def seal_too_new(key: CanonicalKey, attempt: int | None) -> str:
-    """Seals the call ERROR ``FORMAT_TOO_NEW`` (fenced to ``attempt`` when given); the code
-    the task fails with. A store that cannot say leaves the call to the reaper."""
-    try:
-        get_runtime().store.seal_error(key, ErrorCode.FORMAT_TOO_NEW, attempt=attempt)
-    except Exception as exc:
-        logger.error("call %s not sealed FORMAT_TOO_NEW: %s", key.identity, type(exc).__name__)
-    return ErrorCode.FORMAT_TOO_NEW.value
-
-
-def refused_message(
-    request: Any, run_id: str, tool_call_id: str, attempt: int | None
-) -> str | None:
-    """The code a task fails with when its message is of a newer format (the call sealed
-    ``FORMAT_TOO_NEW``), ``None`` when this worker reads it."""
-    found = formats.parse(formats.message_format(request))
-    if found <= formats.CURRENT:
-        return None
-    formats.refused("task message", found)
-    key = key_of(run_id, tool_call_id)
-    if key is None:
-        return ErrorCode.FORMAT_TOO_NEW.value
-    return seal_too_new(key, attempt)
 
 
 def check_store_format(**_: Any) -> None:

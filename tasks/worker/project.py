@@ -9,14 +9,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from boundary import ErrorCode, ToolOutcome
+from boundary import ErrorCode, ToolOutcome, formats
 from boundary.call_steps import key_of
 from boundary.formats import FormatTooNew
 from boundary.steps.project import project_or_report
 from tasks.runtime import get_runtime
 from tasks.wiring.app import PROJECT, app
 from tasks.wiring.failures import CodeOnlyFailures, ToolCallFailed
-from tasks.worker import format_check
 from tasks.worker.process import project_sender, worker_runtime
 from tasks.worker.step_store import retrying
 
@@ -64,12 +63,12 @@ def _project(run_id: str, tool_call_id: str, attempt: int, report: bool) -> Tool
     key = key_of(run_id, tool_call_id)
     if key is None:
         return ToolOutcome.error(None, ErrorCode.RECORD_NOT_FOUND)
-    if not report:
-        refused = format_check.refused_message(project_result.request, run_id, tool_call_id, None)
-        if refused is not None:  # a newer version's message (boundary.formats)
-            return ToolOutcome.error(key.tool_call_id, ErrorCode(refused))
     try:
         runtime = worker_runtime()
+        if not report:
+            refused = formats.refuse_newer_message(runtime.store, project_result.request, key, None)
+            if refused is not None:  # a newer version's message (boundary.formats)
+                return ToolOutcome.error(key.tool_call_id, ErrorCode(refused))
         return project_or_report(
             runtime.store,
             runtime.registry,
@@ -83,7 +82,9 @@ def _project(run_id: str, tool_call_id: str, attempt: int, report: bool) -> Tool
     except FormatTooNew:  # a newer version's record (boundary.formats): logged there
         if report:
             return None
-        return ToolOutcome.error(key.tool_call_id, ErrorCode(format_check.seal_too_new(key, None)))
+        return ToolOutcome.error(
+            key.tool_call_id, ErrorCode(formats.seal_too_new(worker_runtime().store, key, None))
+        )
     except Exception as exc:
         logger.error("project %s failed: %s", key.identity, type(exc).__name__)
         if report:
