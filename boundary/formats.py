@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from boundary.errors import ErrorCode, StoreError
 from boundary.store.keys import PREFIX
-
-if TYPE_CHECKING:
-    from boundary.models import CanonicalKey
-    from boundary.store.base import CanonicalStore
 
 logger = logging.getLogger(__name__)
 
@@ -148,27 +144,3 @@ def failure_code(exc: BaseException) -> ErrorCode:
     return (
         ErrorCode.FORMAT_TOO_NEW if isinstance(exc, FormatTooNew) else ErrorCode.STORE_UNAVAILABLE
     )
-
-
-def seal_too_new(store: CanonicalStore, key: CanonicalKey, attempt: int | None) -> str:
-    """Seals the call ERROR ``FORMAT_TOO_NEW`` (fenced to ``attempt`` when given, so a newer
-    worker's attempt is never touched); the code the task fails with. A store that cannot say
-    leaves the call to the reaper."""
-    try:
-        store.seal_error(key, ErrorCode.FORMAT_TOO_NEW, attempt=attempt)
-    except Exception as exc:
-        logger.error("call %s not sealed FORMAT_TOO_NEW: %s", key.identity, type(exc).__name__)
-    return ErrorCode.FORMAT_TOO_NEW.value
-
-
-def refuse_newer_message(
-    store: CanonicalStore, request: Any, key: CanonicalKey, attempt: int | None
-) -> str | None:
-    """The code a task fails with when its message (``request``) is of a newer format than
-    this code reads: logged with both versions and the call sealed ``FORMAT_TOO_NEW``;
-    ``None`` when this code reads it."""
-    found = parse(message_format(request))
-    if found <= CURRENT:
-        return None
-    refused("task message", found)
-    return seal_too_new(store, key, attempt)

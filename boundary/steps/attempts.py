@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from boundary import telemetry
+from boundary import formats, telemetry
 from boundary.call_context import DEFAULT_HEARTBEAT_INTERVAL_S, CallScope, note_stale_holder
 from boundary.diagnostics import Diagnostic, Stage
 from boundary.errors import ErrorCode
@@ -28,6 +28,8 @@ __all__ = [
     "ExecuteResult",
     "Holder",
     "next_attempt",
+    "refuse_newer_message",
+    "seal_too_new",
     "send_attempt",
 ]
 
@@ -209,3 +211,27 @@ def send_attempt(
         if handled is not None:
             return
     sender.send_attempt(key, attempt=attempt, queue=queue, countdown_s=countdown_s)
+
+
+def seal_too_new(store: CanonicalStore, key: CanonicalKey, attempt: int | None) -> str:
+    """Seals the call ERROR ``FORMAT_TOO_NEW`` (fenced to ``attempt`` when given, so a newer
+    worker's attempt is never touched); the code the task fails with. A store that cannot say
+    leaves the call to the reaper."""
+    try:
+        store.seal_error(key, ErrorCode.FORMAT_TOO_NEW, attempt=attempt)
+    except Exception as exc:
+        logger.error("call %s not sealed FORMAT_TOO_NEW: %s", key.identity, type(exc).__name__)
+    return ErrorCode.FORMAT_TOO_NEW.value
+
+
+def refuse_newer_message(
+    store: CanonicalStore, request: Any, key: CanonicalKey, attempt: int | None
+) -> str | None:
+    """The code a task fails with when its message (``request``) is of a newer format than
+    this code reads: logged with both versions and the call sealed ``FORMAT_TOO_NEW``;
+    ``None`` when this code reads it."""
+    found = formats.parse(formats.message_format(request))
+    if found <= formats.CURRENT:
+        return None
+    formats.refused("task message", found)
+    return seal_too_new(store, key, attempt)

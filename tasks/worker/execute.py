@@ -12,9 +12,10 @@ from typing import Any
 from billiard.exceptions import WorkerLostError
 from celery.exceptions import SoftTimeLimitExceeded
 
-from boundary import ErrorCode, StoreError, formats, telemetry
+from boundary import ErrorCode, StoreError, telemetry
 from boundary.call_steps import key_of
 from boundary.formats import FormatTooNew
+from boundary.steps.attempts import refuse_newer_message, seal_too_new
 from boundary.steps.execute import execute_step
 from boundary.steps.plan import Attempted, InLine, ProjectPlan, after_execute
 from tasks.wiring.app import EXECUTE, app
@@ -86,7 +87,7 @@ def _execute(request: Any, run_id: str, tool_call_id: str, attempt: int) -> Atte
         return _INVALID_KEY
     try:
         runtime = worker_runtime()
-        refused = formats.refuse_newer_message(runtime.store, request, key, attempt)
+        refused = refuse_newer_message(runtime.store, request, key, attempt)
         if refused is not None:  # a newer version's message (boundary.formats): no project step
             return Attempted(ProjectPlan.SKIP, "FAILED", refused)
         settings = runtime.settings
@@ -120,7 +121,7 @@ def _execute(request: Any, run_id: str, tool_call_id: str, attempt: int) -> Atte
         )
     except FormatTooNew:  # a newer version's record (boundary.formats): logged there
         return Attempted(
-            ProjectPlan.SKIP, "FAILED", formats.seal_too_new(worker_runtime().store, key, attempt)
+            ProjectPlan.SKIP, "FAILED", seal_too_new(worker_runtime().store, key, attempt)
         )
     except Exception as exc:
         # Only the type: the text may hold a URL or a payload.

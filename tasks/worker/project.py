@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from boundary import ErrorCode, ToolOutcome, formats
+from boundary import ErrorCode, ToolOutcome
 from boundary.call_steps import key_of
 from boundary.formats import FormatTooNew
+from boundary.steps.attempts import refuse_newer_message, seal_too_new
 from boundary.steps.project import project_or_report
 from tasks.runtime import get_runtime
 from tasks.wiring.app import PROJECT, app
@@ -66,7 +67,7 @@ def _project(run_id: str, tool_call_id: str, attempt: int, report: bool) -> Tool
     try:
         runtime = worker_runtime()
         if not report:
-            refused = formats.refuse_newer_message(runtime.store, project_result.request, key, None)
+            refused = refuse_newer_message(runtime.store, project_result.request, key, None)
             if refused is not None:  # a newer version's message (boundary.formats)
                 return ToolOutcome.error(key.tool_call_id, ErrorCode(refused))
         return project_or_report(
@@ -83,7 +84,7 @@ def _project(run_id: str, tool_call_id: str, attempt: int, report: bool) -> Tool
         if report:
             return None
         return ToolOutcome.error(
-            key.tool_call_id, ErrorCode(formats.seal_too_new(worker_runtime().store, key, None))
+            key.tool_call_id, ErrorCode(seal_too_new(worker_runtime().store, key, None))
         )
     except Exception as exc:
         logger.error("project %s failed: %s", key.identity, type(exc).__name__)
