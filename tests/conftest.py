@@ -1,6 +1,6 @@
 """Shared fixtures: real Redis on a DB of our own, flushed before and after each test.
 
-The server and DB numbers come from ``tests/settings.py`` (``TB_TEST_*`` variables). Locally
+The server and DB numbers come from ``tests/support/settings.py`` (``TB_TEST_*`` variables). Locally
 a missing Redis skips the tests that need it (probed once per session, so skipping is fast);
 under CI (``CI`` set) it fails them.
 """
@@ -29,13 +29,13 @@ from tasks import CeleryDispatcher, configure
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tasks.wiring.app import PROJECTIONS_QUEUE, TOOLS_QUEUE
-from tests import xdist_worker
+from tests.support import xdist_worker
 
-# Before SUITE is built: an xdist worker's own ports and Redis (tests/xdist_worker.py).
+# Before SUITE is built: an xdist worker's own ports and Redis (tests/support/xdist_worker.py).
 xdist_worker.isolate()
 
-from tests.servers import CI  # noqa: E402  (its ports: after isolate())
-from tests.settings import SUITE  # noqa: E402
+from tests.support.servers import CI  # noqa: E402  (its ports: after isolate())
+from tests.support.settings import SUITE  # noqa: E402
 
 pytest_plugins = ("celery.contrib.pytest",)
 
@@ -203,7 +203,7 @@ def celery_test_settings(**overrides: object) -> Settings:
         "redis_url": redis_url(STORE_DB),
         "broker_url": redis_url(BROKER_DB),
         "result_backend": redis_url(BACKEND_DB),
-        "tools": "tests.celery_tools:registry",
+        "tools": "tests.support.celery_tools:registry",
         "ttl_s": 600,
         "max_raw_bytes": CELERY_MAX_RAW_BYTES,
         "reap_grace_s": 1,

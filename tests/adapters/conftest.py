@@ -14,7 +14,7 @@ import pytest
 
 from boundary import CanonicalKey, CanonicalRecord, RunBoundary, RunContext, ToolBoundary
 from tasks.runtime import get_runtime
-from tests import celery_tools
+from tests.support import celery_tools
 
 RECORDED = Path(__file__).parent / "recorded"
 #: The tools an adapter test's run may call.

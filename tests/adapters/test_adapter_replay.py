@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from boundary import RunBoundary, RunContext, ToolBoundary
-from tests.celery_tools import runs_of
+from tests.support.celery_tools import runs_of
 
 #: (tool_call_id, arguments, replay) -> the text the model reads.
 Answer = Callable[[RunBoundary, str, dict[str, Any], bool], str]

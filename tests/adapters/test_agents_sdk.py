@@ -12,7 +12,7 @@ import pytest
 
 from boundary import RunBoundary
 from tests.adapters.conftest import Gate
-from tests.celery_tools import FIND_SCHEMA, SECRET
+from tests.support.celery_tools import FIND_SCHEMA, SECRET
 
 pytest.importorskip("agents")
 from agents import Agent, Runner, Usage, set_tracing_disabled

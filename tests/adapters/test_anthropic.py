@@ -13,7 +13,7 @@ import pytest
 from boundary import RunBoundary
 from boundary.adapters.anthropic import anthropic_tools, atool_results, tool_results
 from tests.adapters.conftest import Gate, ScriptedHTTP, recorded
-from tests.celery_tools import FIND_SCHEMA, SECRET, SECRET_URL
+from tests.support.celery_tools import FIND_SCHEMA, SECRET, SECRET_URL
 
 anthropic = pytest.importorskip("anthropic")
 httpx2 = pytest.importorskip("httpx2")

@@ -13,7 +13,7 @@ import redis
 from boundary import RunBoundary, RunContext, ToolBoundary
 from boundary.adapters.anthropic import tool_results
 from boundary.adapters.openai import chat_tool_messages
-from tests import celery_tools
+from tests.support import celery_tools
 
 
 def chat_message(*calls: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:

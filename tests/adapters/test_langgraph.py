@@ -13,7 +13,7 @@ import pytest
 
 from boundary import RunBoundary
 from tests.adapters.conftest import Gate
-from tests.celery_tools import FIND_SCHEMA, SECRET
+from tests.support.celery_tools import FIND_SCHEMA, SECRET
 
 pytest.importorskip("langgraph")
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -136,7 +136,7 @@ def test_a_graph_resumed_from_its_checkpoint_gets_its_tool_calls_results_without
     from langgraph.checkpoint.memory import InMemorySaver
 
     from boundary import RunContext
-    from tests.celery_tools import runs_of
+    from tests.support.celery_tools import runs_of
 
     # Given a checkpointed graph whose tool step died after submitting its calls
     run = RunContext(run_id=f"lg-resume-{uuid.uuid4().hex[:12]}", authorized_tools={"counted"})

@@ -19,7 +19,7 @@ from boundary.adapters.openai import (
     response_tools,
 )
 from tests.adapters.conftest import Gate, ScriptedHTTP, recorded
-from tests.celery_tools import FIND_SCHEMA, SECRET, SECRET_URL
+from tests.support.celery_tools import FIND_SCHEMA, SECRET, SECRET_URL
 
 openai = pytest.importorskip("openai")
 httpx2 = pytest.importorskip("httpx2")

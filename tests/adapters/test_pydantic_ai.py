@@ -12,7 +12,7 @@ import pytest
 
 from boundary import ErrorCode, RunBoundary, ToolOutcome
 from tests.adapters.conftest import Gate
-from tests.celery_tools import FIND_SCHEMA, SECRET
+from tests.support.celery_tools import FIND_SCHEMA, SECRET
 
 pytest.importorskip("pydantic_ai")
 from pydantic_ai import Agent

@@ -12,8 +12,8 @@ import pytest
 
 from tests.bench.runner import SERVER, positive, run_bench
 from tests.conftest import CI, REDIS_HOST, REDIS_PORT, require_service
-from tests.pg import admin_connection
-from tests.settings import SUITE
+from tests.support.pg import admin_connection
+from tests.support.settings import SUITE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600 if CI else 300)]
 

@@ -16,9 +16,7 @@ from boundary import RunContext, ToolBoundary
 from tasks import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.wiring.app import create_app
-from tests import celery_tools
 from tests.celery.workers import celery_process, worker_args
-from tests.celery_tools import registry
 from tests.conftest import (
     AMQP_GROUP,
     AMQP_URL,
@@ -27,6 +25,8 @@ from tests.conftest import (
     flush_db,
     require_service,
 )
+from tests.support import celery_tools
+from tests.support.celery_tools import registry
 
 #: A run allowed to call every test tool.
 RUN = RunContext(run_id="run-e2e", authorized_tools=frozenset(spec.name for spec in registry))

@@ -16,7 +16,7 @@ import redis.cluster
 
 from boundary import RunContext, ToolCallEnvelope
 from tasks import boundary_from_env
-from tests.celery_tools import registry
+from tests.support.celery_tools import registry
 
 
 def main() -> None:

@@ -47,7 +47,7 @@ from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.helpers import FakeTool, create_projecting, is_running, make_run, register
+from tests.support.helpers import FakeTool, create_projecting, is_running, make_run, register
 
 T = TypeVar("T")
 

@@ -27,8 +27,8 @@ from tasks.runtime import get_runtime, store_from_settings
 from tasks.settings import InvalidSettings, Settings
 from tests.celery.workers import ROOT, settings_env
 from tests.conftest import redis_url
-from tests.servers import RedisServer
-from tests.servers import redis_cluster as start_cluster
+from tests.support.servers import RedisServer
+from tests.support.servers import redis_cluster as start_cluster
 
 #: Longest the caller process may take from start to its printed line, seconds.
 PROCESS_TIMEOUT_S = 120
@@ -99,7 +99,7 @@ def test_a_caller_built_from_the_env_finds_the_cluster_the_workers_find(
         broker_url=redis_url(0),
         ttl_s=900,
         max_raw_bytes=12_345,
-        tools="tests.celery_tools:registry",
+        tools="tests.support.celery_tools:registry",
     )
     assert settings.redis_cluster is None
 

@@ -20,7 +20,7 @@ from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings
-from tests.servers import RedisServer, redis_server
+from tests.support.servers import RedisServer, redis_server
 
 #: The publish timeout of these tests, seconds.
 PUBLISH_TIMEOUT_S = 2.0

@@ -22,8 +22,8 @@ from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import settings_env
 from tests.conftest import celery_test_settings
-from tests.helpers import wait_until
-from tests.servers import redis_server
+from tests.support.helpers import wait_until
+from tests.support.servers import redis_server
 
 #: Bound of each wait of the test (reached only when it fails).
 GIVE_UP_S = 60.0

@@ -28,8 +28,8 @@ from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings
-from tests.helpers import wait_until
-from tests.servers import redis_server
+from tests.support.helpers import wait_until
+from tests.support.servers import redis_server
 
 CALLS = 6
 #: How long the broker stays dead, seconds (the recipe's).

@@ -21,7 +21,7 @@ from tasks.wiring.app import PROJECT, PROJECTIONS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings
-from tests.servers import redis_server
+from tests.support.servers import redis_server
 
 #: Bound of every wait of this test, seconds (reached only when it fails).
 GIVE_UP_S = 60.0

@@ -18,7 +18,7 @@ from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings
-from tests.servers import redis_server
+from tests.support.servers import redis_server
 
 CALLS = 40
 #: How long the broker stays down, seconds.

@@ -32,7 +32,7 @@ from tasks.wiring.failures import ToolCallFailed
 from tests.celery.conftest import RUN as BASE_RUN
 from tests.celery.conftest import Stack
 from tests.conftest import celery_test_settings
-from tests.helpers import create_terms
+from tests.support.helpers import create_terms
 
 #: This test's run (``each_test_its_own_run``): a project task a test left behind (the
 #: outcome of a call its execute step sealed is known before that task runs) finds no record

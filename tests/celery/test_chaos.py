@@ -15,7 +15,7 @@ import pytest
 from bench.rig.servers import PortRange
 from bench.studies.chaos.report import summary
 from bench.studies.chaos.run import chaos
-from tests.servers import free_port, redis_server_binary, release_port
+from tests.support.servers import free_port, redis_server_binary, release_port
 
 #: Rounds of faults: each of the ten fault kinds once. The load and the faults stop once the
 #: round is injected (not after a fixed time), at the latest after MINUTES.

@@ -18,7 +18,7 @@ from boundary import ErrorCode, InvocationStatus, RedisCanonicalStore, RunContex
 from boundary.store import keys
 from tests.celery.failover import Load, outcomes_once_ended, served
 from tests.conftest import celery_test_settings
-from tests.servers import redis_cluster, redis_server
+from tests.support.servers import redis_cluster, redis_server
 
 #: Runs the load spreads its calls over (their slots fall on every master).
 RUNS = 12

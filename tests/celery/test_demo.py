@@ -20,7 +20,7 @@ from tasks.demo.script import SCRIPT
 from tasks.runtime import get_runtime
 from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.servers import free_port, release_port
+from tests.support.servers import free_port, release_port
 
 EXPECTED = [
     ("search_docs", "call_search_1", "READY", "EVIDENCE_FOUND", None),

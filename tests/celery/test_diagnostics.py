@@ -30,8 +30,8 @@ from tasks import CeleryDispatcher
 from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
-from tests.celery_tools import SECRET, RaisingProjector, boom, lookup, registry
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.support.celery_tools import SECRET, RaisingProjector, boom, lookup, registry
 
 TOOLS_FILE = str(Path(inspect.getfile(boom)))
 #: The line of ``raise`` in each: the first line of the body.

@@ -21,7 +21,7 @@ from tasks.settings import Settings
 from tests.celery.conftest import RUN
 from tests.celery.test_worker_loss import isolated, submit
 from tests.celery.workers import celery_process, worker_args
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 __all__ = ["isolated"]  # the fixture, used by name
 

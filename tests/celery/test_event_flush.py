@@ -4,7 +4,6 @@ once per interval, together (``task.multi``), and every event of every task stil
 from __future__ import annotations
 
 import math
-import threading
 import time
 import uuid
 from collections import Counter
@@ -24,7 +23,7 @@ from tests.celery.conftest import RUN
 from tests.celery.event_stream import receiving
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.helpers import envelope
+from tests.support.helpers import envelope, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -104,9 +103,4 @@ _KINDS = ("task-received", "task-started", "task-succeeded")
 
 
 def _wait_for(condition: Any, patience_s: float) -> None:
-    done = threading.Event()
-    for _ in range(int(patience_s / 0.05)):
-        if condition():
-            return
-        done.wait(0.05)
-    raise AssertionError("not every task event arrived")
+    wait_until(condition, "every task event", patience_s, every=0.05)

@@ -15,8 +15,8 @@ from boundary import ErrorCode, InvocationStatus, ToolBoundary, ToolCallEnvelope
 from tasks.wiring.app import PROJECT
 from tasks.wiring.failures import ToolCallFailed
 from tests.celery.conftest import RUN
-from tests.celery_tools import SECRET
 from tests.conftest import BACKEND_DB, REDIS_HOST, REDIS_PORT
+from tests.support.celery_tools import SECRET
 
 
 def invoke(boundary: ToolBoundary, call_id: str, tool: str, query: str = SECRET) -> object:

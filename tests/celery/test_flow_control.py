@@ -6,9 +6,9 @@ raised at run time starts waiting calls. (Several worker processes and a kill -9
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis
@@ -27,9 +27,9 @@ from boundary.store import keys
 from tasks.cli.main import cli
 from tasks.runtime import get_runtime
 from tasks.worker.calls import reap_stuck_calls
-from tests import flow_tools
-from tests.celery_tools import registry
 from tests.conftest import BROKER_DB, STORE_DB, redis_url
+from tests.support import flow_tools, helpers
+from tests.support.celery_tools import registry
 
 RUN = RunContext(run_id="run-flow", authorized_tools=frozenset(spec.name for spec in registry))
 
@@ -60,11 +60,8 @@ def wait_sealed(boundary: ToolBoundary, run_id: str, call_id: str) -> ToolOutcom
     return outcome
 
 
-def wait_until(what: str, done: object, seconds: float = 20.0) -> None:
-    give_up = time.monotonic() + seconds
-    while not done():  # type: ignore[operator]
-        assert time.monotonic() < give_up, f"not {what} within {seconds} s"
-        time.sleep(0.02)
+def wait_until(what: str, done: Any, seconds: float = 20.0) -> None:
+    helpers.wait_until(done, what, seconds)
 
 
 def no_slot_held(tool: str) -> None:
@@ -217,7 +214,7 @@ def test_raising_a_limit_at_run_time_starts_waiting_calls(
     # When an operator raises the limit with the CLI (no restart)
     monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", redis_url(STORE_DB))
     monkeypatch.setenv("TOOL_BOUNDARY_BROKER_URL", redis_url(BROKER_DB))
-    monkeypatch.setenv("TOOL_BOUNDARY_TOOLS", "tests.celery_tools:registry")
+    monkeypatch.setenv("TOOL_BOUNDARY_TOOLS", "tests.support.celery_tools:registry")
     try:
         result = CliRunner().invoke(cli, ["limits", "set", "narrow", "--concurrency", "3"])
         assert result.exit_code == 0, result.output

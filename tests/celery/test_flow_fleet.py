@@ -27,9 +27,9 @@ from boundary.flow import Flow
 from boundary.reaper import Retries, reap_once
 from tasks import CeleryDispatcher
 from tasks.wiring.app import create_app
-from tests import flow_tools
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.support import flow_tools
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("flow-fleet")]
 
@@ -48,7 +48,7 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     settings = celery_test_settings(
-        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="tests.flow_tools:registry"
+        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="tests.support.flow_tools:registry"
     )
     flush_db(SUBPROCESS_BROKER_DB)
     logs = tmp_path_factory.mktemp("fleet")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -30,7 +29,8 @@ from tests.celery.conftest import RUN
 from tests.celery.test_leaks_and_concurrency import wait_until_flower_sees_events
 from tests.celery.workers import celery_process
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.servers import free_port, release_port
+from tests.support.helpers import wait_until
+from tests.support.servers import free_port, release_port
 
 #: Seconds any wait of these tests may take (a loaded machine, a cold Flower).
 WAIT_S = 45.0
@@ -50,19 +50,16 @@ def get_json(url: str) -> Any:
 
 
 def wait_for(what: str, probe: Any) -> Any:
-    """Calls ``probe`` until it answers something true; returns that."""
-    deadline = time.monotonic() + WAIT_S
-    last: Any = None
-    while time.monotonic() < deadline:
+    """Calls ``probe`` until it answers something true (a probe that fails counts as not
+    yet); returns that."""
+
+    def answered() -> Any:
         try:
-            last = probe()
-        except (urllib.error.URLError, OSError, KeyError, ValueError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: still {last!r} after {WAIT_S:.0f}s")
+            return probe()
+        except (urllib.error.URLError, OSError, KeyError, ValueError):
+            return None
+
+    return wait_until(answered, what, WAIT_S, every=0.2)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from tasks.wiring.app import EXECUTE
 from tests.celery.conftest import RUN
 from tests.celery.workers import run_stopping_worker, settings_env
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
-from tests.helpers import create_projecting, envelope, key_of, wait_until
+from tests.support.helpers import create_projecting, envelope, key_of, wait_until
 
 
 def test_a_task_message_of_a_newer_format_fails_its_call_with_the_code(

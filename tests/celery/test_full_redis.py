@@ -26,7 +26,7 @@ from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings
-from tests.servers import redis_server
+from tests.support.servers import redis_server
 
 #: The Redis's maxmemory, bytes.
 MAXMEMORY = 64 * 1024 * 1024

@@ -10,8 +10,8 @@ import pytest
 
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.gc_probe import PROBE_ENV
-from tests.helpers import wait_until
+from tests.support.gc_probe import PROBE_ENV
+from tests.support.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def test_a_worker_freezes_its_start_up_heap_only_when_set(freeze: bool, tmp_path: Path) -> None:
     settings = celery_test_settings(
         broker_url=redis_url(SUBPROCESS_BROKER_DB),
-        tools="tests.gc_probe:registry",
+        tools="tests.support.gc_probe:registry",
         worker_gc_freeze=freeze,
     )
     flush_db(SUBPROCESS_BROKER_DB)

@@ -24,9 +24,9 @@ from tasks.worker.calls import project_result
 from tests.celery.conftest import RUN
 from tests.celery.test_worker_loss import isolated, submit
 from tests.celery.workers import celery_process, worker_args
-from tests.celery_tools import CROWD_SIZE
 from tests.conftest import AMQP_GROUP, AMQP_URL, require_service
-from tests.helpers import create_terms
+from tests.support.celery_tools import CROWD_SIZE
+from tests.support.helpers import create_terms
 
 __all__ = ["isolated"]  # the fixture, used by name
 

@@ -21,11 +21,11 @@ from boundary import (
     ToolCallEnvelope,
 )
 from tasks.settings import Settings
-from tests import celery_tools
 from tests.celery.conftest import RUN, all_redis_text
 from tests.celery.workers import celery_process
-from tests.celery_tools import SECRET, SECRET_URL, STACK
 from tests.conftest import BACKEND_DB, BROKER_DB, REDIS_HOST, REDIS_PORT
+from tests.support import celery_tools
+from tests.support.celery_tools import SECRET, SECRET_URL, STACK
 
 #: Fragments of what was planted; none may show up anywhere outside the canonical record.
 PLANTED = (SECRET, "hunter2-pass", "10.9.8.7", "Traceback", STACK.splitlines()[1].strip())

@@ -27,10 +27,10 @@ from boundary.tool_threads import tool_threads
 from tasks import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.wiring.app import create_app
-from tests import celery_tools
 from tests.celery.conftest import RUN
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.helpers import wait_until
+from tests.support import celery_tools
+from tests.support.helpers import wait_until
 
 #: Longest any wait here may take before the test fails (a bound, never a timing claim).
 PATIENCE_S = 30.0

@@ -26,7 +26,7 @@ from tasks.wiring.app import PROJECTIONS_QUEUE, REPROJECTIONS_QUEUE, TOOLS_QUEUE
 from tests.celery.conftest import RUN
 from tests.celery.workers import ROOT, settings_env
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.servers import free_port, release_port
+from tests.support.servers import free_port, release_port
 
 COMPOSE_KEYS = {"name", "services", "volumes", "networks", "configs", "secrets"}
 SERVICE_KEYS = {

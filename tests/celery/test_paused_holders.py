@@ -5,16 +5,16 @@ holder is stopped at its first heartbeat or has its raw response refused (counte
 record), the tool's own live count passes its limit only until the stale holders leave and by
 at most their number, and no slot is left held. With a threads and a prefork worker paused.
 
-No timing is asserted: the tool logs what each execution did (``tests.flow_tools.paced``) in
+No timing is asserted: the tool logs what each execution did (``tests.support.flow_tools.paced``) in
 the order Redis saw it, and the test reads that order."""
 
 from __future__ import annotations
 
 import os
 import signal
-import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -32,9 +32,10 @@ from boundary.reaper import Retries, reap_once
 from boundary.store import keys
 from tasks import CeleryDispatcher
 from tasks.wiring.app import create_app
-from tests import flow_tools
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.support import flow_tools
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("flow-fleet")]
 
@@ -50,11 +51,8 @@ def key_of(call_id: str) -> CanonicalKey:
     return CanonicalKey(run_id=RUN.run_id, tool_call_id=call_id)
 
 
-def wait_for(what: str, done: object) -> None:
-    give_up = time.monotonic() + GIVE_UP_S
-    while not done():  # type: ignore[operator]
-        assert time.monotonic() < give_up, f"gave up waiting: {what}"
-        time.sleep(0.05)
+def wait_for(what: str, done: Any) -> None:
+    wait_until(done, what, GIVE_UP_S, every=0.05)
 
 
 class Event:
@@ -76,7 +74,7 @@ def test_a_paused_worker_s_stale_holders_are_fenced_when_it_resumes(
     events_key, go_key = flow_tools.events_key(tag), flow_tools.go_key(tag)
     running_key = flow_tools.keys_of(tag)[0]
     settings = celery_test_settings(
-        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="tests.flow_tools:registry"
+        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="tests.support.flow_tools:registry"
     )
     flush_db(SUBPROCESS_BROKER_DB)
     app = create_app(settings, name="tests_paused_client")

@@ -35,8 +35,8 @@ from tasks.settings import Settings
 from tasks.wiring.app import create_app
 from tests.celery.workers import celery_process
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.helpers import wait_until
-from tests.pg import running_statements, scratch_database
+from tests.support.helpers import wait_until
+from tests.support.pg import running_statements, scratch_database
 
 RUN = RunContext(run_id="run-pgw", authorized_tools=frozenset({"sql_report"}))
 

@@ -18,7 +18,7 @@ from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.start_killer import MARKER_ENV
+from tests.support.start_killer import MARKER_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ def test_a_pool_process_killed_as_the_worker_starts_is_replaced_and_the_worker_s
     redis_client: redis.Redis, celery_session_app: Celery, tmp_path: Path
 ) -> None:
     settings = celery_test_settings(
-        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="tests.start_killer:registry"
+        broker_url=redis_url(SUBPROCESS_BROKER_DB), tools="tests.support.start_killer:registry"
     )
     flush_db(SUBPROCESS_BROKER_DB)
     marker = tmp_path / "killed"

@@ -21,7 +21,7 @@ from tasks.wiring.app import TOOLS_QUEUE, create_app
 from tasks.wiring.publisher import publish_attempt_timeout_s
 from tests.celery.conftest import RUN
 from tests.conftest import celery_test_settings
-from tests.servers import redis_server
+from tests.support.servers import redis_server
 
 #: Bound of the wait for the submit (it ends within the publish timeout; a hang would not).
 GIVE_UP_S = 60.0

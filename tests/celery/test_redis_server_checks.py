@@ -24,7 +24,7 @@ from boundary import (
 from tasks.runtime import get_runtime
 from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
-from tests.servers import redis_server
+from tests.support.servers import redis_server
 
 
 def _worker_exit(store_url: str, tmp_path: Path, **overrides: object) -> tuple[int, str]:

@@ -29,7 +29,7 @@ from boundary import (
 from boundary.store import keys
 from tasks.settings import Settings
 from tests.celery.workers import ROOT, settings_env
-from tests.celery_tools import runs_of
+from tests.support.celery_tools import runs_of
 
 #: Longest a racing process may take from start to its printed outcome, seconds.
 PROCESS_TIMEOUT_S = 90

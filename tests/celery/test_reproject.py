@@ -34,9 +34,9 @@ from tasks.settings import Settings
 from tasks.views import observe_run
 from tasks.wiring.reproject import DEFAULT_MAX_IN_FLIGHT, ReprojectError, reproject
 from tasks.worker.runs import project_run, project_runs
-from tests.celery_tools import registry
 from tests.conftest import BACKEND_DB, BROKER_DB, STORE_DB, redis_url
-from tests.helpers import binary_client
+from tests.support.celery_tools import registry
+from tests.support.helpers import binary_client
 
 TOOLS = frozenset(spec.name for spec in registry)
 #: A queue no worker consumes, for results that never come.

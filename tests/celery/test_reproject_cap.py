@@ -5,14 +5,13 @@ then starts when the cap is raised); and a worker killed (SIGKILL) while its chu
 slot gives the slot back when its lease runs out, and its job resumes to the same totals.
 
 No timing is asserted: the chunks' projector keeps a gauge of projections at once in Redis
-(``tests.reprojection_tools``, in the order Redis saw them), and the rest is read from the
+(``tests.support.reprojection_tools``, in the order Redis saw them), and the rest is read from the
 cap's own keys."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -38,9 +37,10 @@ from tasks.cli.main import EXIT_OK, cli
 from tasks.settings import Settings
 from tasks.wiring.app import REPROJECT_CHUNK, REPROJECTIONS_QUEUE
 from tasks.worker import chunk_slots
-from tests import reprojection_tools as rt
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings
+from tests.support import reprojection_tools as rt
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.slow]
 
@@ -88,12 +88,12 @@ def cli_env(monkeypatch: pytest.MonkeyPatch, celery_session_app: Celery) -> None
     monkeypatch.setenv("TOOL_BOUNDARY_BROKER_URL", settings.broker)
     monkeypatch.setenv("TOOL_BOUNDARY_RESULT_BACKEND", settings.backend)
     monkeypatch.setenv("TOOL_BOUNDARY_TTL_S", str(settings.ttl_s))
-    monkeypatch.setenv("TOOL_BOUNDARY_TOOLS", "tests.reprojection_tools:registry")
+    monkeypatch.setenv("TOOL_BOUNDARY_TOOLS", "tests.support.reprojection_tools:registry")
 
 
 def worker_env(tmp_path: Path, settings: Settings) -> dict[str, str]:
     return {
-        "TOOL_BOUNDARY_TOOLS": "tests.reprojection_tools:registry",
+        "TOOL_BOUNDARY_TOOLS": "tests.support.reprojection_tools:registry",
         rt.VERSION_ENV: "2",
         rt.HOLD_ENV: str(tmp_path / "hold"),
         rt.DIE_ENV: str(tmp_path / "died"),
@@ -112,13 +112,7 @@ def invoke(*args: str) -> Result:
 
 
 def wait_for(what: str, done: Any) -> Any:
-    give_up = time.monotonic() + GIVE_UP_S
-    while True:
-        value = done()
-        if value:
-            return value
-        assert time.monotonic() < give_up, f"gave up waiting: {what}"
-        time.sleep(0.1)
+    return wait_until(done, what, GIVE_UP_S, every=0.1)
 
 
 def job_state(job_id: str) -> dict[str, Any]:

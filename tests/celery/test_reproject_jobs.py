@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,10 +30,10 @@ from tasks.exits import EXIT_PROJECTIONS_FAILED
 from tasks.settings import Settings
 from tasks.web.app import create_app
 from tasks.wiring.app import REPROJECTIONS_QUEUE
-from tests import reprojection_tools
 from tests.celery.workers import celery_process, worker_args
-from tests.helpers import binary_client
-from tests.reprojection_tools import SECRET, TOOL, make_registry
+from tests.support import reprojection_tools
+from tests.support.helpers import binary_client, wait_until
+from tests.support.reprojection_tools import SECRET, TOOL, make_registry
 
 RUNS: dict[str, list[tuple[str, str, float]]] = {
     # call id, query, score
@@ -91,7 +90,7 @@ def worker_v2(
 def v2_env(tmp_path: Path) -> dict[str, str]:
     """A worker's environment: the test tools, version 2 of the projector, its files."""
     return {
-        "TOOL_BOUNDARY_TOOLS": "tests.reprojection_tools:registry",
+        "TOOL_BOUNDARY_TOOLS": "tests.support.reprojection_tools:registry",
         reprojection_tools.VERSION_ENV: "2",
         reprojection_tools.HOLD_ENV: str(tmp_path / "hold"),
         reprojection_tools.DIE_ENV: str(tmp_path / "died"),
@@ -346,13 +345,7 @@ def test_selectors_and_count(
 
 
 def wait_for(what: Any, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = what()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "not reached in time"
-        time.sleep(0.1)
+    return wait_until(what, "the job's state", timeout_s, every=0.1)
 
 
 def job_state(job_id: str) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from tasks.cli.main import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from tasks.exits import EXIT_CANCELLED, EXIT_INTERRUPTED
 from tasks.settings import Settings
 from tasks.wiring.app import REPROJECTIONS_QUEUE
-from tests import reprojection_tools
 from tests.celery.test_reproject_jobs import (
     RUNS,
     cli_env,  # noqa: F401 (a fixture)
@@ -37,7 +36,8 @@ from tests.celery.test_reproject_jobs import (
 )
 from tests.celery.workers import ROOT, settings_env
 from tests.integration.test_process_failures import clean_env
-from tests.reprojection_tools import TOOL, make_registry
+from tests.support import reprojection_tools
+from tests.support.reprojection_tools import TOOL, make_registry
 
 
 def invoke(*args: str) -> Result:

@@ -25,8 +25,8 @@ from tasks.wiring.app import PROJECT, PROJECTIONS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.helpers import create_terms
-from tests.servers import redis_server
+from tests.support.helpers import create_terms
+from tests.support.servers import redis_server
 
 
 @pytest.fixture

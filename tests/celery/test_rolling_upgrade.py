@@ -43,8 +43,8 @@ from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tests.celery.test_worker_loss import isolated
 from tests.celery.workers import settings_env
-from tests.helpers import wait_until
-from tests.servers import CI
+from tests.support.helpers import wait_until
+from tests.support.servers import CI
 
 __all__ = ["isolated"]  # the fixture, used by name
 

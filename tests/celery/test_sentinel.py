@@ -18,7 +18,7 @@ from boundary import ErrorCode, InvocationStatus, RedisCanonicalStore, ToolCallE
 from tests.celery.conftest import RUN
 from tests.celery.failover import Load, outcomes_once_ended, served
 from tests.conftest import celery_test_settings
-from tests.sentinel_servers import sentinel_setup
+from tests.support.sentinel_servers import sentinel_setup
 
 #: Calls accepted before the master is killed.
 BEFORE = 40

@@ -25,10 +25,10 @@ from boundary.flow import Flow
 from tasks import CeleryDispatcher
 from tasks.settings import Settings
 from tasks.wiring.app import create_app
-from tests import flow_tools
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import STORE_DB, celery_test_settings, redis_url
-from tests.sentinel_servers import sentinel_setup
+from tests.support import flow_tools
+from tests.support.sentinel_servers import sentinel_setup
 
 RUN = RunContext(run_id="run-sentinel-flow", authorized_tools=frozenset({"slot3"}))
 CALLS = 30
@@ -50,7 +50,7 @@ def _sentinel_settings(setup: SentinelSet, **overrides: object) -> Settings:
         redis_url=setup.url(2),
         broker_url=setup.url(0),
         result_backend=setup.url(1),
-        tools="tests.flow_tools:registry",
+        tools="tests.support.flow_tools:registry",
         **overrides,
     )
 

@@ -24,10 +24,10 @@ from tasks.runtime import get_runtime
 from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
-from tests.celery_tools import runs_of
 from tests.conftest import celery_test_settings
-from tests.helpers import wait_until
-from tests.servers import redis_server
+from tests.support.celery_tools import runs_of
+from tests.support.helpers import wait_until
+from tests.support.servers import redis_server
 
 #: How long the store (and the broker, on the same server) stays paused: past one socket
 #: timeout (5 s), so the first write of the raw response times out, and well within the

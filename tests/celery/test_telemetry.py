@@ -24,10 +24,10 @@ from boundary.telemetry.names import CALL_ID
 from tasks import CeleryDispatcher
 from tasks.settings import Settings
 from tasks.wiring.app import EXECUTE, PROJECT, create_app
-from tests import celery_tools, otel
 from tests.celery.conftest import RUN
-from tests.celery_tools import SECRET, SECRET_URL, STACK
 from tests.conftest import celery_test_settings
+from tests.support import celery_tools, otel
+from tests.support.celery_tools import SECRET, SECRET_URL, STACK
 
 #: Longest wait for a worker's spans to end (they end after the caller is woken).
 SPANS_WAIT_S = 30.0

@@ -20,10 +20,10 @@ from boundary import RunContext, ToolBoundary, ToolCallEnvelope
 from tasks import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.wiring.app import create_app
-from tests import otel
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.support import otel
 
 #: Longest wait for the worker's spans to reach the file.
 SPANS_WAIT_S = 30.0
@@ -61,7 +61,10 @@ def test_a_worker_process_continues_the_callers_trace(
     # Given a prefork worker exporting its spans to a file
     settings, _, boundary = isolated
     span_file = tmp_path / "spans.jsonl"
-    env = {"TOOL_BOUNDARY_TOOLS": "tests.otel_tools:registry", "TB_TEST_SPAN_FILE": str(span_file)}
+    env = {
+        "TOOL_BOUNDARY_TOOLS": "tests.support.otel_tools:registry",
+        "TB_TEST_SPAN_FILE": str(span_file),
+    }
     otel.install()
     log = tmp_path / "w.log"
     with celery_process(

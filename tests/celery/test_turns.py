@@ -24,8 +24,8 @@ from boundary.models import InvocationStatus, Submission, ToolOutcome
 from boundary.store import keys
 from boundary.store._redis_common import load_script
 from boundary.store.turns import CREATE_MANY
-from tests import flow_tools
 from tests.conftest import BROKER_DB, CELERY_MAX_RAW_BYTES, STORE_DB
+from tests.support import flow_tools
 
 #: Longest wait for a turn's outcomes, seconds (a bound, not a timing assertion).
 WAIT_S = 30.0

@@ -27,7 +27,7 @@ from boundary.errors import RETRYABLE_CODES
 from boundary.models import PENDING_TEXT
 from boundary.store import keys
 from boundary.store.aio import NOTIFY_CLIENT_NAME
-from tests.helpers import (
+from tests.support.helpers import (
     RUN_ID,
     FakeTool,
     create_projecting,

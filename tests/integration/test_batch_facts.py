@@ -22,7 +22,7 @@ from boundary.store import keys
 from tasks.cli.common import dumps
 from tasks.views import observe_run, observe_runs, observe_runs_text
 from tasks.wiring.reproject import BatchSummary
-from tests.helpers import create_projecting, key_of
+from tests.support.helpers import create_projecting, key_of
 
 FOUND, NONE, ERROR = (
     EvidenceStatus.EVIDENCE_FOUND,

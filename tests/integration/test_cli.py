@@ -27,7 +27,7 @@ from boundary.fingerprint import request_sha256
 from boundary.store import keys
 from tasks.cli.main import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, cli
 from tests.conftest import STORE_DB, redis_url
-from tests.helpers import (
+from tests.support.helpers import (
     RUN_ID,
     TOOL,
     create_projecting,

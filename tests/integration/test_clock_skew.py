@@ -22,7 +22,7 @@ from boundary import (
     ToolRegistry,
 )
 from boundary.store import keys
-from tests.helpers import RUN_ID, TOOL, FakeTool, register
+from tests.support.helpers import RUN_ID, TOOL, FakeTool, register
 
 #: How far each fake clock is off, seconds.
 SKEWS = {"2 h behind": -7200.0, "90 s ahead": 90.0, "2 h ahead": 7200.0, "on time": 0.0}

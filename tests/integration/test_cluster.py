@@ -22,9 +22,9 @@ from boundary import (
     ToolCallEnvelope,
 )
 from boundary.store import keys
-from tests.celery_tools import registry
-from tests.helpers import create_terms
-from tests.servers import RedisServer, redis_cluster
+from tests.support.celery_tools import registry
+from tests.support.helpers import create_terms
+from tests.support.servers import RedisServer, redis_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 8
@@ -96,7 +96,7 @@ def test_the_cli_reads_runs_records_and_facts_on_the_cluster(
     env |= {
         "TOOL_BOUNDARY_REDIS_URL": cluster[2].url,
         "TOOL_BOUNDARY_REDIS_CLUSTER": "true",
-        "TOOL_BOUNDARY_TOOLS": "tests.celery_tools:registry",
+        "TOOL_BOUNDARY_TOOLS": "tests.support.celery_tools:registry",
         "PYTHONPATH": str(ROOT),
     }
     script = Path(sys.executable).with_name("tool-boundary")
@@ -130,7 +130,7 @@ def test_a_celery_worker_and_reproject_work_on_the_cluster(
     from tasks.wiring.app import create_app
     from tests.celery.workers import celery_process, settings_env, worker_args
     from tests.conftest import celery_test_settings
-    from tests.servers import redis_server
+    from tests.support.servers import redis_server
 
     with redis_server(tmp_path / "broker") as broker:
         # Given workers whose store is the cluster (broker and results on a plain Redis)
@@ -232,7 +232,7 @@ def test_a_store_url_naming_a_cluster_node_works_without_the_cluster_setting(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
     env |= {
         "TOOL_BOUNDARY_REDIS_URL": other.url,
-        "TOOL_BOUNDARY_TOOLS": "tests.celery_tools:registry",
+        "TOOL_BOUNDARY_TOOLS": "tests.support.celery_tools:registry",
         "PYTHONPATH": str(ROOT),
     }
     script = Path(sys.executable).with_name("tool-boundary")

@@ -16,8 +16,8 @@ from boundary import (
     ToolBoundary,
     ToolCallEnvelope,
 )
-from tests.celery_tools import registry
-from tests.servers import RedisServer, redis_cluster
+from tests.support.celery_tools import registry
+from tests.support.servers import RedisServer, redis_cluster
 
 RUNS = 6
 CALLS = 4

@@ -31,8 +31,8 @@ from boundary.reaper import Retries, reap_once
 from boundary.steps import ExecuteResult, execute_step, send_attempt
 from boundary.store import WriteStatus, keys
 from boundary.store.flow import FlowStanding, ToolLimits
-from tests import otel
-from tests.helpers import EchoProjector, FakeTool, create_projecting, create_terms, key_of
+from tests.support import otel
+from tests.support.helpers import EchoProjector, FakeTool, create_projecting, create_terms, key_of
 
 
 class Recorder:

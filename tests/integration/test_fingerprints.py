@@ -21,7 +21,7 @@ from boundary import (
 )
 from boundary.fingerprint import request_sha256
 from boundary.store import CreateStatus, keys
-from tests.helpers import (
+from tests.support.helpers import (
     RUN_ID,
     TOOL,
     FakeTool,

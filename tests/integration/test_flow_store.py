@@ -27,8 +27,8 @@ from boundary.flow import Flow
 from boundary.reaper import Retries, sweep_flow
 from boundary.store import keys
 from boundary.store.flow import Admitted, FlowStanding, ToolLimits
-from tests.helpers import EchoProjector, FakeTool, create_terms, monitored, wait_until
-from tests.servers import RedisServer, redis_cluster
+from tests.support.helpers import EchoProjector, FakeTool, create_terms, monitored, wait_until
+from tests.support.servers import RedisServer, redis_cluster
 
 
 class Recorder:

@@ -23,7 +23,7 @@ from boundary import (
     ToolRegistry,
     ToolSpec,
 )
-from tests.helpers import FakeProjector, make_boundary
+from tests.support.helpers import FakeProjector, make_boundary
 
 RUN_ID = "run-fuzz"
 

@@ -19,9 +19,9 @@ from boundary.store.base import WriteStatus
 from boundary.store.redis import RedisCanonicalStore
 from boundary.tool_threads import Watchdog
 from tasks.cli.main import cli
-from tests import otel
 from tests.conftest import STORE_DB, redis_url
-from tests.helpers import create_projecting
+from tests.support import otel
+from tests.support.helpers import create_projecting
 
 
 @pytest.fixture(autouse=True)

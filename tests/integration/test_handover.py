@@ -12,7 +12,7 @@ from boundary import EvidenceStatus, InvocationStatus, RedisCanonicalStore, Tool
 from boundary.handover import process_handover
 from boundary.steps import ExecuteResult, execute_step, project_step
 from boundary.store.base import WriteStatus
-from tests.helpers import FakeProjector, create_projecting, monitored, register
+from tests.support.helpers import FakeProjector, create_projecting, monitored, register
 
 
 def test_store_raw_into_returns_the_record_as_a_read_gives_it(

@@ -28,7 +28,7 @@ from boundary import (
 )
 from boundary.call_context import MAX_PROGRESS_MESSAGE_BYTES
 from boundary.store import ClaimStatus, WriteStatus, keys
-from tests.helpers import (
+from tests.support.helpers import (
     RUN_ID,
     TOOL,
     FakeProjector,

@@ -19,7 +19,13 @@ from boundary import (
 from boundary.errors import ErrorCode
 from boundary.steps import ExecuteResult, HeldRaw, execute_step, keep_held, project_held
 from boundary.store import WriteStatus, keys
-from tests.helpers import EchoProjector, FakeTool, create_projecting, load_scripts, monitored
+from tests.support.helpers import (
+    EchoProjector,
+    FakeTool,
+    create_projecting,
+    load_scripts,
+    monitored,
+)
 
 RESPONSE = {"hits": [{"id": 7}]}
 

@@ -29,9 +29,9 @@ from boundary import (
 from tasks.exits import EXIT_INTERRUPTED
 from tasks.wiring.app import PROJECT_RUNS, PROJECTIONS_QUEUE
 from tests.celery.workers import ROOT, settings_env
-from tests.celery_tools import registry
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
 from tests.integration.test_process_failures import PROCESS_TIMEOUT_S, clean_env
+from tests.support.celery_tools import registry
 
 COMMAND = str(Path(sys.executable).with_name("tool-boundary"))
 

@@ -27,12 +27,12 @@ from boundary.flow import Flow
 from boundary.store import keys
 from tasks.cli.main import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, cli
 from tasks.web.app import create_app
-from tests.celery_tools import HitsProjector, lookup
 from tests.conftest import STORE_DB, redis_url
-from tests.servers import redis_server
+from tests.support.celery_tools import HitsProjector, lookup
+from tests.support.servers import redis_server
 from tests.web.server import fetch, serving
 
-#: A limited tool of another registry than the reader's (``tests.celery_tools:registry``).
+#: A limited tool of another registry than the reader's (``tests.support.celery_tools:registry``).
 OTHER = "fleet_only_tool"
 RUN = RunContext(run_id="limits-run", authorized_tools=frozenset({OTHER}))
 
@@ -50,7 +50,7 @@ class HeldDispatcher:
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", redis_url(STORE_DB))
-    monkeypatch.setenv("TOOL_BOUNDARY_TOOLS", "tests.celery_tools:registry")
+    monkeypatch.setenv("TOOL_BOUNDARY_TOOLS", "tests.support.celery_tools:registry")
 
 
 def other_registry() -> ToolRegistry:
@@ -157,7 +157,7 @@ def test_an_unreachable_store_exits_3_whatever_the_registry(
     stopped_redis: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", stopped_redis)
-    for tools in ("", "tests.celery_tools:registry"):
+    for tools in ("", "tests.support.celery_tools:registry"):
         monkeypatch.setenv("TOOL_BOUNDARY_TOOLS", tools)
         result = run_cli("limits")
         assert result.exit_code == EXIT_UNAVAILABLE, (tools, result.output)

@@ -11,8 +11,8 @@ import pytest
 
 from boundary import CanonicalKey, ErrorCode, RedisCanonicalStore
 from boundary.store.redis_memory import MemoryWatermark, StoreFull, used_fraction
-from tests.helpers import create_terms
-from tests.servers import redis_server
+from tests.support.helpers import create_terms
+from tests.support.servers import redis_server
 
 
 def test_the_fullest_node_decides_and_no_maxmemory_is_never_full() -> None:

@@ -14,8 +14,8 @@ from boundary import RedisCanonicalStore, ToolBoundary, ToolRegistry
 from tasks.views import observe_run, observe_runs
 from tests.celery.workers import ROOT
 from tests.conftest import STORE_DB, redis_url
-from tests.helpers import RUN_ID, create_projecting, envelope, make_run, register
 from tests.integration.test_process_failures import clean_env
+from tests.support.helpers import RUN_ID, create_projecting, envelope, make_run, register
 
 RUN = make_run()
 

@@ -31,8 +31,8 @@ from boundary import (
     heartbeat,
 )
 from boundary.flow import Flow
-from tests.helpers import FakeProjector, envelope, make_run, wait_until
-from tests.servers import RedisServer, redis_server
+from tests.support.helpers import FakeProjector, envelope, make_run, wait_until
+from tests.support.servers import RedisServer, redis_server
 
 #: Bound of the wait for one call while the store is paused (the bounds are a few seconds).
 GIVE_UP_S = 60.0

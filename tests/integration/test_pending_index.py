@@ -11,7 +11,7 @@ import redis
 from boundary import ErrorCode, RedisCanonicalStore
 from boundary.store import keys
 from boundary.store.base import CreateResult, CreateStatus
-from tests.helpers import create_projecting, create_terms, key_of, load_scripts, monitored
+from tests.support.helpers import create_projecting, create_terms, key_of, load_scripts, monitored
 
 
 def test_the_seal_that_ends_a_runs_last_pending_call_drops_it_from_the_index(

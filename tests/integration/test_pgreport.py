@@ -26,8 +26,8 @@ from boundary import (
 )
 from examples import pgreport
 from tests.celery.conftest import all_redis_text
-from tests.helpers import wait_until
-from tests.pg import (
+from tests.support.helpers import wait_until
+from tests.support.pg import (
     ALL_REPORTS,
     DEMO_ROWS,
     running_statements,

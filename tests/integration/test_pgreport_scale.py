@@ -8,7 +8,7 @@ import sys
 
 from examples.pgreport_demo import MAX_ROWS, create_demo_table
 from tests.celery.workers import ROOT
-from tests.pg import require_psycopg, scratch_database
+from tests.support.pg import require_psycopg, scratch_database
 
 
 def demo_table(*args: str, dsn: str = "") -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,7 @@ from boundary import (
     ToolRegistry,
 )
 from boundary.store import keys
-from tests.helpers import (
+from tests.support.helpers import (
     RUN_ID,
     TOOL,
     FakeProjector,

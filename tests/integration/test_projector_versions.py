@@ -20,7 +20,7 @@ from boundary import (
 from boundary.store import keys
 from tasks.cli.main import cli
 from tests.conftest import STORE_DB, redis_url
-from tests.helpers import RUN_ID, TOOL, envelope, key_of, make_boundary, make_run
+from tests.support.helpers import RUN_ID, TOOL, envelope, key_of, make_boundary, make_run
 
 
 class EchoProjector:

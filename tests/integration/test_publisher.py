@@ -14,7 +14,7 @@ from boundary import CanonicalKey
 from tasks import CeleryDispatcher
 from tasks.wiring.app import TOOLS_QUEUE, create_app
 from tests.conftest import celery_test_settings
-from tests.servers import redis_server
+from tests.support.servers import redis_server
 
 
 def test_publishes_share_one_client_and_survive_a_broker_restart(

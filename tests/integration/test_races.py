@@ -24,7 +24,7 @@ from boundary import (
 )
 from boundary.store import WriteStatus, keys
 from tests.conftest import STORE_DB, redis_url
-from tests.helpers import (
+from tests.support.helpers import (
     RUN_ID,
     TOOL,
     FakeTool,

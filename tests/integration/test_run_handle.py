@@ -17,7 +17,7 @@ from boundary import (
     ToolRegistry,
     ToolSpec,
 )
-from tests.helpers import (
+from tests.support.helpers import (
     TOOL,
     FakeProjector,
     FakeTool,

@@ -10,7 +10,7 @@ import redis
 from boundary import RedisCanonicalStore, ToolBoundary
 from boundary.store import keys
 from boundary.store.redis_run_owners import RedisRunOwners, RunOwnership
-from tests.helpers import RUN_ID, make_run
+from tests.support.helpers import RUN_ID, make_run
 
 
 def owners_of(store: RedisCanonicalStore) -> RedisRunOwners:

@@ -28,7 +28,7 @@ from boundary.limits import canonical_json, utf8_size
 from boundary.store import keys
 from tasks.views import observe_run
 from tests.conftest import STORE_DB
-from tests.helpers import (
+from tests.support.helpers import (
     RUN_ID,
     TOOL,
     create_projecting,

@@ -17,7 +17,7 @@ from boundary import (
     ToolRegistry,
 )
 from boundary.store import OpenRunStatus, WriteStatus, keys
-from tests.helpers import RUN_ID, create_projecting, envelope, key_of, make_run, register
+from tests.support.helpers import RUN_ID, create_projecting, envelope, key_of, make_run, register
 
 
 def test_an_opened_run_reads_back_equal_with_the_record_ttl(

@@ -13,7 +13,7 @@ from boundary import RedisCanonicalStore
 from boundary.store import keys
 from boundary.store import redis as redis_store
 from boundary.store.codec import ms
-from tests.helpers import TOOL, create_projecting, monitored
+from tests.support.helpers import TOOL, create_projecting, monitored
 
 
 def test_runs_are_listed_from_the_index_without_a_scan(

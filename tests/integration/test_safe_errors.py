@@ -25,7 +25,7 @@ from boundary import (
 from boundary.errors import SEAL_CODES
 from boundary.store import keys
 from tests.conftest import STORE_DB, redis_url
-from tests.helpers import (
+from tests.support.helpers import (
     LEAKS,
     LEAKY_MESSAGE,
     RUN_ID,

@@ -26,7 +26,7 @@ from boundary.store.seal_wait import NOTIFY_CLIENT_NAME, SyncSealNotifier
 from tasks.wiring.app import create_app
 from tasks.wiring.failures import ToolCallFailed
 from tests.conftest import celery_test_settings
-from tests.helpers import create_projecting, envelope, make_run, register
+from tests.support.helpers import create_projecting, envelope, make_run, register
 
 #: Long enough never to be reached in a passing test.
 LONG_S = 30.0

@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 from bench.rig.workers import celery_command
-from tests.servers import RedisServer, redis_server
+from tests.support.helpers import wait_until
+from tests.support.servers import RedisServer, redis_server
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A password holding every character that splits a URL, around pieces easy to look for.
@@ -35,7 +35,7 @@ def _urls(port: int) -> list[tuple[str, bool]]:
 def _env(url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOL_BOUNDARY_")}
     env |= {"TOOL_BOUNDARY_REDIS_URL": url, "PYTHONPATH": str(ROOT)}
-    env["TOOL_BOUNDARY_TOOLS"] = "tests.celery_tools:registry"
+    env["TOOL_BOUNDARY_TOOLS"] = "tests.support.celery_tools:registry"
     return env
 
 
@@ -99,8 +99,8 @@ def test_a_worker_never_logs_the_password(secured: RedisServer, tmp_path: Path) 
 
 
 def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes]) -> None:
-    give_up = time.monotonic() + 60
-    while text not in log.read_text(errors="replace"):
+    def logged() -> bool:
         assert proc.poll() is None, log.read_text()
-        assert time.monotonic() < give_up, log.read_text()
-        time.sleep(0.2)
+        return text in log.read_text(errors="replace")
+
+    wait_until(logged, f"{text!r} in the log", 60, every=0.2)

@@ -25,7 +25,7 @@ from boundary import (
     ToolRegistry,
 )
 from boundary.store import RedisCanonicalStore, keys
-from tests.helpers import (
+from tests.support.helpers import (
     LEAKS,
     LEAKY_MESSAGE,
     RUN_ID,

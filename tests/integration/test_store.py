@@ -25,7 +25,7 @@ from boundary import (
 )
 from boundary.store import CreateStatus, WriteStatus, keys
 from boundary.store._redis_common import StoreScript
-from tests.helpers import (
+from tests.support.helpers import (
     RUN_ID,
     create_projecting,
     create_terms,

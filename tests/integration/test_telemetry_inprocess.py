@@ -14,8 +14,8 @@ from boundary import (
     ToolCallEnvelope,
 )
 from boundary.telemetry.names import CALL_ID, REPLAYED
-from tests import otel
-from tests.celery_tools import build_registry
+from tests.support import otel
+from tests.support.celery_tools import build_registry
 
 RUN = RunContext(run_id="run-inproc", authorized_tools=frozenset({"lookup"}))
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from boundary import RedisCanonicalStore
 from boundary.reaper import reap_once
-from tests import otel
-from tests.helpers import create_terms, key_of
+from tests.support import otel
+from tests.support.helpers import create_terms, key_of
 
 
 def test_reaper_seals_and_reprojections_are_counted(store: RedisCanonicalStore) -> None:

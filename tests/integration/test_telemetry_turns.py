@@ -14,8 +14,8 @@ from boundary import (
     ToolCallEnvelope,
 )
 from boundary.telemetry.names import CALL_ID, CALLS, RUN_ID, TURN_CALLS
-from tests import otel
-from tests.celery_tools import build_registry
+from tests.support import otel
+from tests.support.celery_tools import build_registry
 
 pytestmark = pytest.mark.usefixtures("redis_client")
 

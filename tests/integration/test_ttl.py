@@ -18,7 +18,7 @@ from boundary import (
     ToolRegistry,
 )
 from boundary.store import WriteStatus, keys
-from tests.helpers import (
+from tests.support.helpers import (
     RUN_ID,
     FakeTool,
     create_projecting,

@@ -16,7 +16,7 @@ import redis
 from tasks.exits import EXIT_UNAVAILABLE
 from tests.celery.workers import celery_process, run_stopping_worker, settings_env
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
-from tests.servers import RedisServer
+from tests.support.servers import RedisServer
 
 #: Seconds a worker may take to give up or to start (only a hung worker reaches it).
 PROCESS_TIMEOUT_S = 120

@@ -11,8 +11,8 @@ import redis
 
 from boundary import RedisCanonicalStore, RunContext
 from tests.celery.test_cancel import events  # noqa: F401  (a fixture: task start/end/revoke)
-from tests.celery_tools import registry
 from tests.mcp.servers import HttpServer, http_server
+from tests.support.celery_tools import registry
 
 pytest.importorskip("mcp")
 

@@ -19,7 +19,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from tests.servers import free_port, release_port
+from tests.support.servers import free_port, release_port
 
 #: Algorithm of each key kind the issuer can make.
 ALGORITHMS = {"RSA": "RS256", "EC": "ES256", "OKP": "EdDSA"}

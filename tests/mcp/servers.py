@@ -16,7 +16,7 @@ from bench.rig.mcp_server import ROOT, HttpServer, server_command
 from tasks.mcp_server.client import TasksExtension
 from tests.celery.workers import settings_env
 from tests.conftest import celery_test_settings
-from tests.servers import free_port, release_port
+from tests.support.servers import free_port, release_port
 
 #: How often servers under test suggest polling a task, milliseconds.
 TEST_POLL_INTERVAL_MS = 100

@@ -14,9 +14,9 @@ from mcp import Client
 
 from boundary import InProcessDispatcher, RedisCanonicalStore, RunContext, ToolBoundary
 from tasks.mcp_server.server import build_server
-from tests import celery_tools
-from tests.celery_tools import registry
 from tests.mcp.test_tasks_2025 import create_task, get, task_call
+from tests.support import celery_tools
+from tests.support.celery_tools import registry
 
 RUN = RunContext(run_id="run-tasks25", authorized_tools=frozenset({"held_slot"}))
 

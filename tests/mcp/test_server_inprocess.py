@@ -23,7 +23,7 @@ from boundary.store import keys
 from tasks.mcp_server.client import CancelTaskRequest, TaskIdParams, TasksExtension, get_task
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.server import build_server
-from tests.celery_tools import SECRET, SECRET_URL, registry
+from tests.support.celery_tools import SECRET, SECRET_URL, registry
 
 RUN = RunContext(run_id="run-inproc", authorized_tools=frozenset({"lookup"}))
 

@@ -25,7 +25,7 @@ from tasks.mcp_server.options import ServerOptions
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
 from tasks.mcp_server.server import build_server
 from tasks.mcp_server.tasks_2025 import RELATED_TASK_META
-from tests.celery_tools import registry
+from tests.support.celery_tools import registry
 
 RUN = RunContext(run_id="run-tasks25", authorized_tools=frozenset({"lookup", "boom", "sleepy"}))
 

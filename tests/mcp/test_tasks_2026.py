@@ -34,10 +34,10 @@ from tasks.mcp_server.client import (
 from tasks.mcp_server.options import ServerOptions
 from tasks.mcp_server.results import PROGRESS_META, RUN_ID_META, TASKS_EXTENSION, TOOL_CALL_ID_META
 from tasks.mcp_server.server import build_server
-from tests import celery_tools
-from tests.celery_tools import registry
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.servers import HttpServer, http_client, http_server
+from tests.support import celery_tools
+from tests.support.celery_tools import registry
 
 RUN = RunContext(run_id="run-2026", authorized_tools=frozenset(spec.name for spec in registry))
 #: Short tools answered at once, a long one always a task.

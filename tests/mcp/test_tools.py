@@ -15,9 +15,9 @@ from mcp import Client
 
 from boundary import CanonicalKey, ErrorCode, InvocationStatus, RedisCanonicalStore, RunContext
 from tasks.mcp_server.results import RUN_ID_META, TOOL_CALL_ID_META
-from tests.celery_tools import SECRET, SECRET_URL
 from tests.mcp.conftest import RUN_ID
 from tests.mcp.servers import HttpServer, http_client, http_server, stdio_client
+from tests.support.celery_tools import SECRET, SECRET_URL
 
 Check = Callable[[Client, RedisCanonicalStore], Awaitable[None]]
 

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from bench.rig import servers as rig
-from tests.servers import CI, free_port, redis_server_binary, release_port
+from tests.support.servers import CI, free_port, redis_server_binary, release_port
 from tests.tls.certs import Certificates, Pair
 
 ROOT = Path(__file__).resolve().parents[2]

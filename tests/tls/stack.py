@@ -13,8 +13,8 @@ from tasks import CeleryDispatcher
 from tasks.settings import Settings
 from tasks.wiring.app import create_app
 from tests.celery.workers import celery_process
-from tests.celery_tools import registry
 from tests.conftest import celery_test_settings
+from tests.support.celery_tools import registry
 from tests.tls.servers import TlsRedisServer
 
 STORE_DB, BACKEND_DB = 0, 0

@@ -26,7 +26,7 @@ from boundary.store import keys
 from tasks.cli.main import cli
 from tasks.settings import Settings
 from tasks.web.server import build_app
-from tests.celery_tools import registry
+from tests.support.celery_tools import registry
 from tests.tls.servers import ROLES, TlsRedisServer
 from tests.web.server import fetch, serving
 
@@ -77,7 +77,7 @@ def refusals(server: TlsRedisServer, user: str) -> list[dict[str, Any]]:
 
 def web_settings(server: TlsRedisServer, role: str) -> Settings:
     url = server.url_for(role, 0)
-    return Settings(redis_url=url, broker_url=url, tools="tests.celery_tools:registry")
+    return Settings(redis_url=url, broker_url=url, tools="tests.support.celery_tools:registry")
 
 
 @pytest.mark.parametrize("role", ROLES)

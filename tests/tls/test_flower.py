@@ -13,7 +13,7 @@ import pytest
 
 from boundary import RunContext, ToolCallEnvelope
 from tests.celery.workers import celery_process
-from tests.servers import free_port, release_port
+from tests.support.servers import free_port, release_port
 from tests.tls.servers import TlsRedisServer
 from tests.tls.stack import caller, role_settings, worker
 

@@ -27,9 +27,9 @@ from boundary import (
 )
 from tasks import CeleryDispatcher
 from tasks.wiring.app import create_app
-from tests.celery_tools import registry
 from tests.conftest import celery_test_settings
-from tests.helpers import wait_until
+from tests.support.celery_tools import registry
+from tests.support.helpers import wait_until
 from tests.tls.certs import Certificates
 from tests.tls.servers import TlsRedisServer, Users, add_user, role_rules, tls_server
 from tests.tls.stack import caller, role_settings, worker

@@ -15,7 +15,7 @@ from bench.rig.workers import celery_command
 from tasks.exits import EXIT_UNAVAILABLE, EXIT_USAGE
 from tests.celery.workers import ROOT, celery_process, settings_env, worker_args
 from tests.conftest import celery_test_settings
-from tests.servers import redis_server
+from tests.support.servers import redis_server
 from tests.tls.certs import Certificates
 from tests.tls.servers import TlsRedisServer, Users, add_user, role_rules, tls_server
 

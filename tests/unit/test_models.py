@@ -28,7 +28,7 @@ from boundary import (
 from boundary.errors import ERROR_MESSAGES, PREFLIGHT_CODES, SEAL_CODES
 from boundary.models import READY_EVIDENCE, TERMINAL_STATUSES, is_safe_id
 from boundary.store import keys
-from tests.helpers import LEAKS
+from tests.support.helpers import LEAKS
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 

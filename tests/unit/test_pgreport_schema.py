@@ -13,7 +13,7 @@ import pytest
 from boundary import ErrorCode
 from examples import pgreport
 from examples._pgcells import json_cell
-from tests.pg import ALL_REPORTS
+from tests.support.pg import ALL_REPORTS
 
 SPEC = pgreport.build_registry(ALL_REPORTS).get("sql_report")
 assert SPEC is not None

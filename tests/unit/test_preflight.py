@@ -15,7 +15,7 @@ import pytest
 
 from boundary import ErrorCode, Limits, ToolRegistry
 from boundary.preflight import Accepted, Rejected, preflight
-from tests.helpers import RUN_ID, TOOL, FakeTool, envelope, make_run, register
+from tests.support.helpers import RUN_ID, TOOL, FakeTool, envelope, make_run, register
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 

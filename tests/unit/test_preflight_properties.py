@@ -22,7 +22,7 @@ from boundary import (
 from boundary.errors import PREFLIGHT_CODES, ErrorCode
 from boundary.models import SAFE_ID_PATTERN, is_safe_id
 from boundary.preflight import Accepted, Rejected, preflight
-from tests.helpers import FakeProjector, FakeTool
+from tests.support.helpers import FakeProjector, FakeTool
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 RUN_ID = "run-1"

@@ -11,7 +11,7 @@ from boundary import EvidenceStatus, ObservedFact, ObservedFacts
 from boundary.reprojection import facts_diff, readable_changes, summary, version_text
 from boundary.reprojection.diff import tool_total
 from tasks.cli.reproject_job import Flips, tools_table, version_mismatch
-from tests.reprojection_tools import make_registry
+from tests.support.reprojection_tools import make_registry
 
 
 def test_the_summary_names_versions_flips_and_failures_by_tool() -> None:

@@ -10,7 +10,7 @@ from opentelemetry import trace
 
 from boundary import CanonicalKey, telemetry
 from boundary.telemetry.names import CALLS
-from tests import otel
+from tests.support import otel
 
 KEY = CanonicalKey(run_id="run-cfg", tool_call_id="call-cfg")
 

@@ -12,7 +12,7 @@ from boundary import ErrorCode, Limits, SchemaError, ToolRegistry, ToolSpec
 from boundary.preflight import Accepted, Rejected, preflight
 from boundary.schema import compile_schema, schema_path
 from tasks.demo import tools as example_tools
-from tests.helpers import TOOL, FakeProjector, FakeTool, envelope, make_run
+from tests.support.helpers import TOOL, FakeProjector, FakeTool, envelope, make_run
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

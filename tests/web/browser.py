@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.servers import CI
+from tests.support.servers import CI
 
 #: Where Debian installs Chromium (``apt-get install chromium``; ``.ci/run`` does). Missing, the
 #: browser tests skip with one line saying so, and fail when ``CI`` is set.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp
 
 from tasks.web.server import uvicorn_server
-from tests.servers import free_port, release_port
+from tests.support.servers import free_port, release_port
 
 
 @dataclass

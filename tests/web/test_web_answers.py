@@ -25,7 +25,7 @@ from boundary import (
 from boundary.dispatch import InProcessDispatcher
 from tasks.web.app import create_app
 from tasks.web.headers import CONTENT_SECURITY_POLICY
-from tests.celery_tools import TEST_TIMEOUT_S, registry
+from tests.support.celery_tools import TEST_TIMEOUT_S, registry
 from tests.web.server import Answer, Served, fetch, serving
 
 RUN = RunContext(run_id="answers-run", authorized_tools=frozenset(s.name for s in registry))

@@ -28,8 +28,8 @@ from boundary.dispatch import InProcessDispatcher
 from tasks.settings import Settings
 from tasks.web.feed import RunFeeds
 from tasks.web.server import build_app, web_token
-from tests.celery_tools import SECRET, STACK, registry
-from tests.servers import RedisServer, redis_server
+from tests.support.celery_tools import SECRET, STACK, registry
+from tests.support.servers import RedisServer, redis_server
 from tests.web.server import fetch, first_event, serving
 
 #: The store's and the broker's Redis password: never on a page.
@@ -59,7 +59,9 @@ def secret_redis(tmp_path: Path) -> Iterator[RedisServer]:
 def settings_for(server: RedisServer) -> Settings:
     url = f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
     return Settings(
-        redis_url=url, broker_url=url.replace("/0", "/1"), tools="tests.celery_tools:registry"
+        redis_url=url,
+        broker_url=url.replace("/0", "/1"),
+        tools="tests.support.celery_tools:registry",
     )
 
 

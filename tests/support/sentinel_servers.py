@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.rig.sentinel import SentinelSet
-from tests.servers import PORTS, redis_server_binary
+from tests.support.servers import PORTS, redis_server_binary
 
 
 @contextmanager

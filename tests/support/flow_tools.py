@@ -3,9 +3,9 @@
 ``tb:test-flow:<tag>:...`` of the store DB, flushed with it), so a test reads how many ran at
 once across every worker process, and in which order they started.
 
-Part of ``tests.celery_tools.registry`` (the in-process worker's); ``registry`` here is the
+Part of ``tests.support.celery_tools.registry`` (the in-process worker's); ``registry`` here is the
 same tools alone, and ``paced`` (the paused-holder test's), for worker subprocesses
-(``TOOL_BOUNDARY_TOOLS=tests.flow_tools:registry``).
+(``TOOL_BOUNDARY_TOOLS=tests.support.flow_tools:registry``).
 """
 
 from __future__ import annotations

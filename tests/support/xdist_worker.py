@@ -1,5 +1,6 @@
 """What an xdist worker (``PYTEST_XDIST_WORKER`` = gw0, gw1, ...) of a parallel run keeps to
-itself, decided when the root conftest is imported, before ``tests.settings.SUITE`` is built.
+itself, decided when the root conftest is imported, before ``tests.support.settings.SUITE``
+is built.
 
 - ``TB_TEST_SERVER_PORTS``: worker N takes ``21200+100N``-``21299+100N`` (gw0 the default
   range), so the Redis servers the tests start never race for a port; their cluster bus
@@ -44,8 +45,8 @@ def worker_index() -> int | None:
 
 def _start_private_redis() -> None:
     """This worker's own redis-server; ``TB_TEST_REDIS_HOST``/``PORT`` point at it."""
-    # Imported only now: tests.servers reads TB_TEST_SERVER_PORTS when imported.
-    from tests.servers import RedisServer, release_port
+    # Imported only now: tests.support.servers reads TB_TEST_SERVER_PORTS when imported.
+    from tests.support.servers import RedisServer, release_port
 
     directory = Path(tempfile.mkdtemp(prefix=f"tb-test-{WORKER}-redis-"))
     # Configured like the CI's shared server: no snapshots, no AOF.

@@ -1,5 +1,5 @@
 """Tools for the Celery integration tests: imported by workers through
-``TOOL_BOUNDARY_TOOLS=tests.celery_tools:registry`` and by the tests themselves."""
+``TOOL_BOUNDARY_TOOLS=tests.support.celery_tools:registry`` and by the tests themselves."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from boundary import (
     current_call,
     heartbeat,
 )
-from tests import flow_tools
+from tests.support import flow_tools
 
 #: Text that must never reach an agent, a task result or Flower.
 SECRET = "sk-live-SECRET-7f3a9c"

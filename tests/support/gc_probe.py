@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import signals
 
-from tests.celery_tools import registry
+from tests.support.celery_tools import registry
 
 #: The file a pool process writes its ``gc.get_freeze_count()`` to.
 PROBE_ENV = "TB_TEST_GC_PROBE"

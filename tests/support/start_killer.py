@@ -13,7 +13,7 @@ from typing import Any
 
 from celery import signals
 
-from tests.celery_tools import registry
+from tests.support.celery_tools import registry
 
 #: The marker file: created (with its pid) by the first pool process, which then kills itself.
 MARKER_ENV = "TB_TEST_KILL_CHILD_MARKER"

@@ -17,7 +17,7 @@ from bench.studies.pg_tools import ALL_REPORTS
 from examples import pgreport
 from examples.pgreport_demo import create_demo_table
 from tests.conftest import CI, require_service
-from tests.settings import SUITE
+from tests.support.settings import SUITE
 
 __all__ = ["ALL_REPORTS"]
 
@@ -67,7 +67,7 @@ def scratch_database(rows: int = DEMO_ROWS) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-#: How the report transaction's set-up statements start (``tests.pg.running_statements``).
+#: How the report transaction's set-up statements start (``tests.support.pg.running_statements``).
 _SET_UP = ("BEGIN", "SELECT SET_CONFIG", "DECLARE")
 
 

@@ -295,13 +295,16 @@ def is_running(outcome: ToolOutcome, tool_call_id: str) -> bool:
     return outcome.model_copy(update={"progress": None}) == ToolOutcome.running(tool_call_id)
 
 
-def wait_until(condition: Callable[[], Any], what: str, patience: float = 30.0) -> Any:
-    """``condition()``'s first truthy value, asked every 20 ms; fails the test after
-    ``patience`` seconds (a bound on a wait, never a claim about how fast)."""
+def wait_until(
+    condition: Callable[[], Any], what: str, patience: float = 30.0, *, every: float = 0.02
+) -> Any:
+    """``condition()``'s first truthy value, asked every ``every`` seconds; fails the test
+    after ``patience`` seconds (a bound on a wait, never a claim about how fast). The suite's
+    one polling wait: use it rather than a loop of your own."""
     give_up = time.monotonic() + patience
     while True:
         value = condition()
         if value:
             return value
         assert time.monotonic() < give_up, f"gave up waiting for {what}"
-        time.sleep(0.02)
+        time.sleep(every)

@@ -1,5 +1,5 @@
 """A tool whose projector has two versions, for the re-projection tests: a worker started
-with ``TB_TEST_PROJECTOR_V=2`` (``TOOL_BOUNDARY_TOOLS=tests.reprojection_tools:registry``)
+with ``TB_TEST_PROJECTOR_V=2`` (``TOOL_BOUNDARY_TOOLS=tests.support.reprojection_tools:registry``)
 runs version 2, as a fleet does after a projector upgrade."""
 
 from __future__ import annotations
