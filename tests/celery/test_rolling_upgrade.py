@@ -81,7 +81,10 @@ class Fleet:
 
     def __init__(self, settings: Settings, previous: Path, logs: Path) -> None:
         self.env = settings_env(settings) | {"TOOL_BOUNDARY_WORKER_DRAIN_S": "1"}
-        self.old_env = self.env | {"PYTHONPATH": str(previous)}
+        # The previous release's tree keeps the test tools at their old place (tests/, not
+        # tests/support/).
+        old_tools = self.env["TOOL_BOUNDARY_TOOLS"].replace("tests.support.", "tests.")
+        self.old_env = self.env | {"PYTHONPATH": str(previous), "TOOL_BOUNDARY_TOOLS": old_tools}
         self.previous = previous
         self.logs = logs
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
