@@ -16,6 +16,9 @@ def test_the_terms_are_made_once_and_follow_their_settings(
     settings = SimpleNamespace(max_pending_s=30.0, reap_grace_s=5.0, heartbeat_interval_s=1.0)
     monkeypatch.setattr(calls, "get_runtime", lambda: SimpleNamespace(settings=settings))
     monkeypatch.setattr(calls, "_terms", None)
+    # The process's sender is made on first use: the test's own goes when it ends (one kept
+    # would send later tests' calls to the broker configured now, not to theirs).
+    monkeypatch.setattr(calls, "_sender", None)
     first = calls.attempt_terms()
     assert calls.attempt_terms() is first
     assert (first.max_pending_s, first.reap_grace_s, first.heartbeat_interval_s) == (30, 5, 1)
