@@ -31,7 +31,14 @@ from bench.rig.workers import await_log, settings_env, start_process, stop_group
 from boundary import __version__
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 
-pytestmark = [pytest.mark.slow, pytest.mark.wheel, pytest.mark.timeout(600)]
+# One xdist worker runs them all: the module's one build writes the tree's build/ and
+# egg-info, which two workers building at once would both write (a build then failed).
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.wheel,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("wheel"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The packages the wheel installs, and only these (no generic ``examples`` beside a user's).
