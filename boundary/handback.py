@@ -7,11 +7,11 @@ execute step's overdue handler asks ``draining()`` first and, while the run stil
 calls ``hand_back`` instead of timing the call out: the attempt is given up in the store
 (fenced, as the lease's expiry would but now: ``retry.lua`` with the counter ``handbacks``,
 which the tool's retry policy does not count), the limited tool's slot is released and the
-next attempt sent at once (``steps.send_attempt``, the reaper's path), and the tool is
-cancelled through its cancellation path (its next heartbeat raises ``CallCancelled``; the
-pool interrupts or lets go of the run: ``InlineHost.replace``). Counted: the record's
-``handbacks``, the metric ``tool_boundary_handbacks_total{tool}``, and the execute task fails
-with the code ``HANDED_BACK`` (Flower).
+next attempt sent at once (``steps.next_attempt``, the worker's and the reaper's one way),
+and the tool is cancelled through its cancellation path (its next heartbeat raises
+``CallCancelled``; the pool interrupts or lets go of the run: ``InlineHost.replace``).
+Counted: the record's ``handbacks``, the metric ``tool_boundary_handbacks_total{tool}``, and
+the execute task fails with the code ``HANDED_BACK`` (Flower).
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from boundary import telemetry
 from boundary.call_context import CallScope, Ended
+from boundary.steps.attempts import AttemptTerms, next_attempt
 from boundary.store.base import WriteStatus
 from boundary.telemetry.names import HANDBACKS
 
 if TYPE_CHECKING:
     from boundary.models import CanonicalKey
+    from boundary.registry import ToolSpec
     from boundary.store.base import CanonicalStore
 
 logger = logging.getLogger(__name__)
@@ -87,21 +89,25 @@ def handed_back(key: CanonicalKey, attempt: int) -> bool:
 def hand_back(
     store: CanonicalStore,
     key: CanonicalKey,
+    spec: ToolSpec | None,
     scope: CallScope,
-    *,
-    send: Callable[[int], None] | None,
-    reap_after_s: float,
-    reap_grace_s: float,
+    terms: AttemptTerms,
 ) -> WriteStatus | None:
     """Gives the running attempt (``scope``) of the call up and sends its next attempt at
-    once with ``send(attempt)``: ``None`` when it went (handed back), else why not (the
-    call ended, kept a raw response, or another attempt had it already: ``retry_attempt``)."""
+    once (``next_attempt``, on ``terms``: its sender and reap terms): ``None`` when it went
+    (handed back), else why not (the call ended, kept a raw response, or another attempt had
+    it already: ``retry_attempt``)."""
     scope.end(Ended.SUPERSEDED)  # the tool's next heartbeat raises CallCancelled
-    moved = store.retry_attempt(
+    moved = next_attempt(
+        store,
+        terms.sender or _NO_SENDER,
         key,
+        spec,
         attempt=scope.attempt,
-        reap_after_s=reap_after_s,
-        reap_grace_s=reap_grace_s,
+        backoff_s=0.0,
+        max_pending_s=terms.max_pending_s,
+        reap_grace_s=terms.reap_grace_s,
+        redispatch=False,
         handback=True,
     )
     if isinstance(moved, WriteStatus):
@@ -109,16 +115,22 @@ def hand_back(
     with _lock:
         _handed.add((key.identity, scope.attempt))
     telemetry.record(HANDBACKS, 1, tool=scope.tool_name)
-    if send is None:
-        logger.error("call %s handed back: attempt %d not sent (no sender)", key.identity, moved)
-        return None
-    try:
-        send(moved)
-    except Exception as exc:
-        # The record waits for attempt ``moved``: the reaper sends it after its queue wait.
-        logger.error(
-            "call %s handed back: attempt %d not sent: %s", key.identity, moved, type(exc).__name__
-        )
+    if moved is None:
+        # The record waits for its next attempt: the reaper sends it after its queue wait.
+        logger.error("call %s handed back: its next attempt not sent", key.identity)
         return None
     logger.warning("call %s handed back by a draining worker: attempt %d sent", key.identity, moved)
     return None
+
+
+class _NoSender:
+    """The sender of a process that has none (``AttemptTerms.sender`` is ``None``): the
+    attempt moves on in the store all the same, unsent."""
+
+    def send_attempt(
+        self, key: CanonicalKey, *, attempt: int, queue: str, countdown_s: float = 0.0
+    ) -> None:
+        raise LookupError("no sender")
+
+
+_NO_SENDER = _NoSender()

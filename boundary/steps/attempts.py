@@ -160,9 +160,11 @@ def next_attempt(
     redispatch: bool,
     due_at: datetime | None = None,
     unstarted: bool = False,
+    handback: bool = False,
 ) -> int | WriteStatus | None:
     """Moves the call's record from attempt ``attempt`` to the next one and sends it (after
-    ``backoff_s``; ``redispatch``: the tool never started, a limited tool's slot is kept).
+    ``backoff_s``; ``redispatch``: the tool never started, a limited tool's slot is kept;
+    ``handback``: a draining worker gives its running attempt up, ``boundary.handback``).
 
     The record's move is fenced (``CanonicalStore.retry_attempt``: ``due_at``, ``unstarted``
     re-checked in its script). Returns the new attempt's number once sent; the write status
@@ -177,6 +179,7 @@ def next_attempt(
         redispatch=redispatch,
         due_at=due_at,
         unstarted=unstarted,
+        handback=handback,
     )
     if isinstance(moved, WriteStatus):
         return moved

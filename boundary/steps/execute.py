@@ -32,7 +32,6 @@ from boundary.steps.attempts import (
     failure,
     next_attempt,
     seal_error,
-    send_attempt,
 )
 from boundary.store.base import CanonicalStore, ClaimStatus, WriteStatus
 from boundary.tool_threads import ToolOverdue, ToolThreadsExhausted, run_bounded
@@ -163,19 +162,7 @@ def execute_step(
     def overdue() -> ExecuteResult:
         # On the watchdog's side, at the deadline, while the tool may still run in line.
         if handback.draining() and scope.time_left_s > 0:
-            sender = terms.sender
-            refused = handback.hand_back(
-                store,
-                key,
-                scope,
-                send=None
-                if sender is None
-                else lambda moved: send_attempt(
-                    store, sender, key, spec, attempt=moved, countdown_s=0.0, keep=False
-                ),
-                reap_after_s=terms.max_pending_s,
-                reap_grace_s=terms.reap_grace_s,
-            )
+            refused = handback.hand_back(store, key, spec, scope, terms)
             if refused is None:
                 return ExecuteResult.HANDED_ON
             return NOT_STARTED.get(refused, ExecuteResult.SEALED)

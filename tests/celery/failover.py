@@ -27,6 +27,7 @@ from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tasks.wiring.app import create_app
 from tests.celery.workers import celery_process, worker_args
+from tests.support.helpers import wait_until
 
 #: Each call's tool run, seconds.
 TOOL_S = 0.3
@@ -94,13 +95,13 @@ class Load:
         self, count: int, give_up: float, *, after: float = 0.0, log: Path | None = None
     ) -> None:
         """Until ``count`` calls were accepted after ``after`` (monotonic); ``log``: a worker
-        log whose tail a failure shows."""
-        while self.accepted_after(after) < count:
-            assert time.monotonic() < give_up, (
-                self.refused,
-                Path(log).read_text()[-2000:] if log else "",
-            )
-            time.sleep(0.05)
+        log a failure names."""
+        wait_until(
+            lambda: self.accepted_after(after) >= count,
+            f"{count} calls accepted (worker log: {log})",
+            give_up - time.monotonic(),
+            every=0.05,
+        )
 
     def _submit(self) -> None:
         n = 0
@@ -127,9 +128,13 @@ class Load:
 def outcomes_once_ended(
     boundary: ToolBoundary, calls: list[CanonicalKey], give_up: float
 ) -> list[ToolOutcome]:
-    """The calls' outcomes once none is pending, or as they are at ``give_up``."""
-    while True:
+    """The calls' outcomes once none is pending (the test fails at ``give_up``)."""
+
+    def ended() -> list[ToolOutcome] | None:
         outcomes = [boundary.outcome(k.run_id, k.tool_call_id, timeout=0.05) for k in calls]
-        if not any(o.pending for o in outcomes) or time.monotonic() > give_up:
-            return outcomes
-        time.sleep(0.5)
+        return None if any(o.pending for o in outcomes) else outcomes
+
+    found: list[ToolOutcome] = wait_until(
+        ended, "every call to end", give_up - time.monotonic(), every=0.5
+    )
+    return found

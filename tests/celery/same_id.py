@@ -29,6 +29,7 @@ def main() -> None:
         run_id=run_id, tool_call_id=call_id, tool_name="counted", arguments=json.loads(arguments)
     )
     open(ready, "w").close()
+    # Not wait_until: the racing processes' start barrier, as tight as can be (the test bounds it)
     while not os.path.exists(go):
         time.sleep(0.001)
     outcome = boundary.invoke(call, run, timeout=30, replay=replay == "1")

@@ -234,6 +234,8 @@ async def settled(probe: Callable[[], int], expected: int, within_s: float = 10.
     server sees subscriptions change a moment after the client asks."""
     give_up = time.monotonic() + within_s
     value = probe()
+    # Not wait_until: it waits in the event loop (wait_until would block it), and returns the
+    # last value for the caller's assertion
     while value != expected and time.monotonic() < give_up:
         await asyncio.sleep(0.02)
         value = probe()

@@ -14,13 +14,14 @@ import pytest
 import redis
 from celery import Celery
 
-from boundary import ErrorCode, InvocationStatus, ToolBoundary, ToolCallEnvelope
+from boundary import ErrorCode, InvocationStatus, ToolBoundary, ToolCallEnvelope, ToolOutcome
 from tasks import CeleryDispatcher
 from tasks.runtime import get_runtime
 from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings
+from tests.support.helpers import wait_until
 from tests.support.servers import redis_server
 
 CALLS = 24
@@ -76,15 +77,14 @@ def test_a_worker_survives_a_broker_crash_that_loses_its_messages(
             broker.stop(signal.SIGKILL)
             time.sleep(DOWN_S)
             broker.start()
+
             # Then every call ends, READY or with a stable code, none PROJECTING
-            give_up = time.monotonic() + GIVE_UP_S
-            while True:
+            def ended() -> list[ToolOutcome] | None:
                 outcomes = [boundary.outcome(RUN.run_id, i, timeout=0.05) for i in ids]
-                if not any(o.pending for o in outcomes) or time.monotonic() > give_up:
-                    break
-                time.sleep(0.5)
+                return None if any(o.pending for o in outcomes) else outcomes
+
+            outcomes = wait_until(ended, f"every call to end (log: {log})", GIVE_UP_S, every=0.5)
             ends = Counter(o.error_code or o.status for o in outcomes)
-            assert not any(o.pending for o in outcomes), (ends, log.read_text()[-3000:])
             assert set(ends) <= {InvocationStatus.READY, *STABLE}, ends
             # And the same worker serves a new call
             after = ToolCallEnvelope(

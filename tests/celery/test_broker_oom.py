@@ -6,7 +6,6 @@ as a lost connection) and, without ``tasks.wiring.broker_transport``, the worker
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -21,17 +20,11 @@ from tasks.wiring.app import PROJECT, PROJECTIONS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings
+from tests.support.helpers import wait_until
 from tests.support.servers import redis_server
 
 #: Bound of every wait of this test, seconds (reached only when it fails).
 GIVE_UP_S = 60.0
-
-
-def _until(condition: object, what: str) -> None:
-    give_up = time.monotonic() + GIVE_UP_S
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < give_up, what
-        time.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -61,16 +54,18 @@ def test_a_threads_worker_survives_a_full_broker_under_a_running_call(
             )
             submission = boundary.submit(envelope, RUN)
             assert submission.accepted
-            _until(started.exists, "the tool never started")
+            wait_until(started.exists, "the tool to start", GIVE_UP_S, every=0.1)
             # When its broker fills up (every write refused) before the call's ack
             admin = broker.client()
             admin.config_set("maxmemory", 1)
             try:
                 # Then the ack goes through (kombu's unacked entry is removed) and the worker
                 # is alive; today's kombu leaves the entry and the worker exits instead
-                _until(
+                wait_until(
                     lambda: worker.poll() is not None or admin.hlen("unacked") == 0,
-                    "neither an ack nor an exit",
+                    "an ack or an exit",
+                    GIVE_UP_S,
+                    every=0.1,
                 )
                 assert worker.poll() is None, log.read_text()[-3000:]
             finally:
@@ -92,7 +87,7 @@ def test_a_threads_worker_survives_a_full_broker_under_a_running_call(
                 record = runtime.store.get(submission.key)
                 return record is not None and record.status is not InvocationStatus.PROJECTING
 
-            _until(settled, "the call stayed PROJECTING")
+            wait_until(settled, "the call to end (not stay PROJECTING)", GIVE_UP_S, every=0.1)
             record = runtime.store.get(submission.key)
             assert record is not None and record.status is InvocationStatus.READY
             # And the same worker serves a new call

@@ -18,6 +18,7 @@ from boundary import ErrorCode, InvocationStatus, RedisCanonicalStore, RunContex
 from boundary.store import keys
 from tests.celery.failover import Load, outcomes_once_ended, served
 from tests.conftest import celery_test_settings
+from tests.support.helpers import wait_until
 from tests.support.servers import redis_cluster, redis_server
 
 #: Runs the load spreads its calls over (their slots fall on every master).
@@ -51,11 +52,15 @@ def test_a_cluster_master_failover_loses_no_accepted_call(
         redis_server(tmp_path / "broker", "--appendonly", "yes") as broker,
     ):
         give_up = time.monotonic() + GIVE_UP_S
-        while (
-            sum(n.client().info("replication").get("master_link_status") == "up" for n in nodes) < 3
-        ):
-            assert time.monotonic() < give_up, "the replicas never synced"
-            time.sleep(0.1)
+        wait_until(
+            lambda: (
+                sum(n.client().info("replication").get("master_link_status") == "up" for n in nodes)
+                >= 3
+            ),
+            "the replicas to sync",
+            GIVE_UP_S,
+            every=0.1,
+        )
         # Given a worker whose store URL names one node, the cluster setting unset
         settings = celery_test_settings(
             redis_url=nodes[0].url,
@@ -84,14 +89,17 @@ def test_a_cluster_master_failover_loses_no_accepted_call(
             victim.stop(signal.SIGKILL)
             killed = time.monotonic()
             # (calls of the killed master's slots are accepted again once its replica took over)
-            while not any(
-                at > killed
-                and store.client.get_node_from_key(keys.record_key(key)).port != victim.port
-                and store.client.keyslot(keys.record_key(key)) == first_slot
-                for at, key in list(accepted)
-            ):
-                assert time.monotonic() < give_up, (load.refused, serving.log_tail(2000))
-                time.sleep(0.05)
+            wait_until(
+                lambda: any(
+                    at > killed
+                    and store.client.get_node_from_key(keys.record_key(key)).port != victim.port
+                    and store.client.keyslot(keys.record_key(key)) == first_slot
+                    for at, key in list(accepted)
+                ),
+                f"a call of the killed master's slot accepted on its replica (log: {serving.log})",
+                give_up - time.monotonic(),
+                every=0.05,
+            )
             load.wait_accepted(AFTER, give_up, after=killed, log=serving.log)
             load.stop()
             back = min(

@@ -5,7 +5,6 @@ canonical record still decides the outcome, and nothing waits long on a FAILURE 
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 import redis
@@ -17,6 +16,7 @@ from tasks.wiring.failures import ToolCallFailed
 from tests.celery.conftest import RUN
 from tests.conftest import BACKEND_DB, REDIS_HOST, REDIS_PORT
 from tests.support.celery_tools import SECRET
+from tests.support.helpers import wait_until
 
 
 def invoke(boundary: ToolBoundary, call_id: str, tool: str, query: str = SECRET) -> object:
@@ -34,13 +34,14 @@ def stored_result(task_id: str) -> str | None:
 
 def task_log(caplog: pytest.LogCaptureFixture, task_id: str, word: str) -> list[logging.LogRecord]:
     """The log records naming ``task_id``, once one of them holds ``word`` (the worker logs
-    a task's end after it ran, maybe after the seal woke the caller) or 10 s passed."""
-    give_up = time.monotonic() + 10
-    while True:
+    a task's end after it ran, maybe after the seal woke the caller)."""
+
+    def logged() -> list[logging.LogRecord] | None:
         records = [r for r in caplog.records if task_id in r.getMessage()]
-        if any(word in r.getMessage() for r in records) or time.monotonic() > give_up:
-            return records
-        time.sleep(0.02)
+        return records if any(word in r.getMessage() for r in records) else None
+
+    found: list[logging.LogRecord] = wait_until(logged, f"{task_id}'s {word} log line", 10)
+    return found
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from tasks.wiring.app import create_app
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 from tests.support import flow_tools
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("flow-fleet")]
 
@@ -93,10 +94,7 @@ def status(boundary: ToolBoundary) -> tuple[int, int]:
 def no_slot_held(boundary: ToolBoundary) -> None:
     """Every slot is given up and none waits: the seal that ends a call comes first (its
     outcome is seen then), the worker's release right after it."""
-    give_up = time.monotonic() + 30
-    while status(boundary) != (0, 0):
-        assert time.monotonic() < give_up, f"slots still held: {status(boundary)}"
-        time.sleep(0.05)
+    wait_until(lambda: status(boundary) == (0, 0), "every slot to be given up", 30, every=0.05)
 
 
 def test_three_at_once_across_three_worker_processes_over_300_calls(
@@ -125,9 +123,7 @@ def test_a_worker_killed_while_holding_slots_loses_no_call_and_frees_its_slots(
     for n in range(12):
         assert boundary.submit(call(f"k{n}", tag="kill", ms=1500), RUN).accepted
     give_up = time.monotonic() + 60
-    while redis_client.hlen(running_key) < 3:
-        assert time.monotonic() < give_up, "three calls never ran at once"
-        time.sleep(0.02)
+    wait_until(lambda: redis_client.hlen(running_key) >= 3, "three calls running at once", 60)
     # When the worker process (group) running one of them is killed -9
     groups = dict(fleet.workers)
     holders = redis_client.hkeys(running_key)
@@ -150,8 +146,8 @@ def test_a_worker_killed_while_holding_slots_loses_no_call_and_frees_its_slots(
         reap_grace_s=1,
     )
     outcomes: dict[str, object] = {}
-    while len(outcomes) < 12:
-        assert time.monotonic() < give_up + 120, f"not all ended: {sorted(outcomes)}"
+
+    def all_ended() -> bool:
         reap_once(
             boundary.store, lambda key: None, retry_after_s=5, max_reprojections=2, retries=retries
         )
@@ -160,7 +156,10 @@ def test_a_worker_killed_while_holding_slots_loses_no_call_and_frees_its_slots(
                 outcome = boundary.outcome(RUN.run_id, f"k{n}", timeout=0.01)
                 if not outcome.pending:
                     outcomes[f"k{n}"] = outcome
-        time.sleep(0.3)
+        return len(outcomes) == 12
+
+    patience = give_up + 120 - time.monotonic()
+    wait_until(all_ended, "all twelve calls to end", patience, every=0.3)
     # Then every call ended READY (the killed ones on a later attempt), never more than
     # three ran at once, and no slot is left held
     assert all(o.status is InvocationStatus.READY for o in outcomes.values())  # type: ignore[attr-defined]

@@ -4,7 +4,6 @@ calls already accepted all finish (none left PROJECTING) and the worker keeps se
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from tasks.wiring.app import create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import celery_test_settings
+from tests.support.helpers import wait_until
 from tests.support.servers import redis_server
 
 #: The Redis's maxmemory, bytes.
@@ -44,12 +44,12 @@ GIVE_UP_S = 60.0
 
 
 def _settle(boundary: ToolBoundary, ids: list[str]) -> list[ToolOutcome]:
-    give_up = time.monotonic() + GIVE_UP_S
-    while True:
+    def ended() -> list[ToolOutcome] | None:
         outcomes = [boundary.outcome(RUN.run_id, i, timeout=0.05) for i in ids]
-        if not any(o.pending for o in outcomes) or time.monotonic() > give_up:
-            return outcomes
-        time.sleep(0.2)
+        return None if any(o.pending for o in outcomes) else outcomes
+
+    settled: list[ToolOutcome] = wait_until(ended, "every call to end", GIVE_UP_S, every=0.2)
+    return settled
 
 
 @pytest.mark.slow
@@ -112,19 +112,18 @@ def test_a_full_redis_refuses_new_calls_and_finishes_the_accepted_ones(
             assert oom is None, oom
             # And once there is room again (the test drops the records), calls are accepted
             server.client(db=2).flushdb()
-            give_up = time.monotonic() + GIVE_UP_S
             after = ToolCallEnvelope(
                 run_id=RUN.run_id,
                 tool_call_id="after",
                 tool_name="lookup",
                 arguments={"query": "x"},
             )
-            while not (submission := boundary.submit(after, RUN)).accepted:
-                assert time.monotonic() < give_up, (
-                    submission.outcome,
-                    server.client().info("memory")["used_memory"] / MAXMEMORY,
-                )
-                time.sleep(0.2)
+            wait_until(
+                lambda: boundary.submit(after, RUN).accepted,
+                "a call accepted once there is room",
+                GIVE_UP_S,
+                every=0.2,
+            )
             outcome = boundary.outcome(RUN.run_id, "after", timeout=30)
             assert outcome.status is InvocationStatus.READY
             assert worker.poll() is None

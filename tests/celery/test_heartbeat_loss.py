@@ -29,6 +29,7 @@ from tasks.settings import Settings
 from tests.celery.conftest import RUN
 from tests.celery.test_worker_loss import assert_ended_once, isolated, submit
 from tests.celery.workers import celery_process, worker_args
+from tests.support.helpers import wait_until
 
 __all__ = ["isolated"]  # the fixture, used by name
 
@@ -51,10 +52,12 @@ def kill_while_beating(
     ) as worker:
         arguments = {"steps": 100, "retry_steps": 5, "step_s": 0.05, "dir": str(folder)}
         submit(boundary, "hb1", tool, arguments)
-        give_up = time.monotonic() + 60
-        while len(list(folder.glob("hb1-1-*"))) < 3:
-            assert time.monotonic() < give_up, (tmp_path / "a.log").read_text()[-3000:]
-            time.sleep(0.05)
+        wait_until(
+            lambda: len(list(folder.glob("hb1-1-*"))) >= 3,
+            f"the tool's first 3 steps (worker log: {tmp_path / 'a.log'})",
+            60,
+            every=0.05,
+        )
         os.killpg(worker.pid, signal.SIGKILL)
         killed = time.monotonic()
         worker.wait()
@@ -76,7 +79,8 @@ def reap_until(app: Celery, what: str, killed: float) -> tuple[dict[str, int], f
         max_pending_s=settings.max_pending_s,
         reap_grace_s=settings.reap_grace_s,
     )
-    while time.monotonic() - killed < 60:
+
+    def reaper_pass() -> dict[str, int] | None:
         reaped = reap_once(
             runtime.store,
             lambda key: None,
@@ -84,10 +88,11 @@ def reap_until(app: Celery, what: str, killed: float) -> tuple[dict[str, int], f
             max_reprojections=settings.max_reprojections,
             retries=retries,
         ).as_dict()
-        if reaped[what]:
-            return reaped, time.monotonic() - killed
-        time.sleep(0.5)
-    raise AssertionError(f"no reaper pass {what} the call in 60 s")
+        return reaped if reaped[what] else None
+
+    patience = 60 - (time.monotonic() - killed)
+    reaped = wait_until(reaper_pass, f"a reaper pass that {what} the call", patience, every=0.5)
+    return reaped, time.monotonic() - killed
 
 
 @pytest.mark.parametrize("pool", ["threads", "prefork"])

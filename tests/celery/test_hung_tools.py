@@ -4,7 +4,6 @@ queue as a new attempt instead of failing."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import redis
@@ -17,6 +16,7 @@ from tasks.settings import Settings
 from tests.celery.conftest import RUN
 from tests.celery.test_worker_loss import isolated, submit
 from tests.celery.workers import celery_process, worker_args
+from tests.support.helpers import wait_until
 
 __all__ = ["isolated"]  # the fixture, used by name
 
@@ -40,10 +40,9 @@ def test_a_worker_whose_tool_threads_all_hang_exits_and_sends_its_call_back(
         # When a third call comes and finds every thread held by a hung run
         submit(boundary, "h2", "hang_unbounded", {})
         # Then the worker says so in one line and exits by itself (its supervisor restarts it)
-        give_up = time.monotonic() + 60
-        while worker.poll() is None:
-            assert time.monotonic() < give_up, log.read_text()[-3000:]
-            time.sleep(0.2)
+        wait_until(
+            lambda: worker.poll() is not None, f"the worker to exit (log: {log})", 60, every=0.2
+        )
     text = log.read_text(errors="replace")
     assert text.count(EXHAUSTED) == 1, text[-3000:]
     # And the call it could not start is not failed: it waits for a worker as attempt 2

@@ -26,6 +26,7 @@ from tests.celery.workers import celery_process
 from tests.conftest import BACKEND_DB, BROKER_DB, REDIS_HOST, REDIS_PORT
 from tests.support import celery_tools
 from tests.support.celery_tools import SECRET, SECRET_URL, STACK
+from tests.support.helpers import wait_until
 
 #: Fragments of what was planted; none may show up anywhere outside the canonical record.
 PLANTED = (SECRET, "hunter2-pass", "10.9.8.7", "Traceback", STACK.splitlines()[1].strip())
@@ -110,17 +111,17 @@ def test_no_secret_in_results_backend_flower_or_logs(
         wanted = {("tool_boundary.execute", f"{RUN.run_id}:{c}:execute") for c in calls} | {
             ("tool_boundary.project", f"{RUN.run_id}:{c}:project") for c in projected
         }
-        deadline = time.monotonic() + 30
-        while True:
+
+        def all_ended() -> dict[str, Any] | None:
             tasks = get_json(f"{api}/tasks")
             ended = {
                 (t["name"], t["uuid"])
                 for t in tasks.values()
                 if t.get("state") in ("SUCCESS", "FAILURE")
             }
-            if wanted <= ended or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+            return tasks if wanted <= ended else None
+
+        tasks = wait_until(all_ended, "Flower to list every task ended", 30, every=0.5)
         # Then Flower lists every task by name and id, and shows no secret
         names = {(t["name"], t["uuid"]) for t in tasks.values()}
         assert wanted <= names

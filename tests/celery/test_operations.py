@@ -26,6 +26,7 @@ from tasks.wiring.app import PROJECTIONS_QUEUE, REPROJECTIONS_QUEUE, TOOLS_QUEUE
 from tests.celery.conftest import RUN
 from tests.celery.workers import ROOT, settings_env
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.support.helpers import wait_until
 from tests.support.servers import free_port, release_port
 
 COMPOSE_KEYS = {"name", "services", "volumes", "networks", "configs", "secrets"}
@@ -136,13 +137,18 @@ def test_procfile_processes_start_under_honcho_and_serve_a_call(
             "tools@", "projections@", "beat: Starting", "Visit me at", "tool-boundary web: http",
         ]  # fmt: skip
         deadline = time.monotonic() + 60
-        while not all(text in log.read_text() for text in expected):
+
+        def started() -> bool:
             assert honcho.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
-        while log.read_text().count(" ready.") < 2:
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
+            return all(text in log.read_text() for text in expected)
+
+        wait_until(started, f"every process to start (log: {log})", 60, every=0.2)
+        wait_until(
+            lambda: log.read_text().count(" ready.") >= 2,
+            f"both workers to be ready (log: {log})",
+            deadline - time.monotonic(),
+            every=0.2,
+        )
         # When a call is made through them
         app = create_app(settings, name="tests_honcho")
         boundary = get_runtime().boundary(CeleryDispatcher(app))
@@ -155,9 +161,12 @@ def test_procfile_processes_start_under_honcho_and_serve_a_call(
         # And the web view shows its run
         with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/runs/{RUN.run_id}") as page:
             assert 'id="call-c1"' in page.read().decode()
-        while "Task tool_boundary.reap[" not in log.read_text():
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
+        wait_until(
+            lambda: "Task tool_boundary.reap[" in log.read_text(),
+            f"beat's reaper pass to run (log: {log})",
+            deadline - time.monotonic(),
+            every=0.2,
+        )
     finally:
         os.killpg(honcho.pid, signal.SIGTERM)
         try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from tasks.wiring.app import PROJECTIONS_QUEUE, TOOLS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.support.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -61,11 +61,12 @@ def _waiting_projections(broker: redis.Redis) -> int:
     """Messages on the projections queue (and its priority lists, if any), once the worker
     acked every message it took: the execute task sends its chained project task, if it
     does, before its late ack, and the call's waiter wakes at the seal, before either."""
-    give_up = time.monotonic() + ACK_TIMEOUT_S
-    while broker.hlen("unacked"):
-        if time.monotonic() > give_up:
-            raise AssertionError("the worker did not ack its execute task")
-        time.sleep(0.05)
+    wait_until(
+        lambda: not broker.hlen("unacked"),
+        "the worker to ack its execute task",
+        ACK_TIMEOUT_S,
+        every=0.05,
+    )
     return sum(int(broker.llen(name)) for name in broker.scan_iter(f"{PROJECTIONS_QUEUE}*"))
 
 
@@ -141,10 +142,14 @@ def test_with_in_line_projection_off_the_chained_project_task_goes(
 
     # Then its raw response is kept, the record waits PROJECTING for its project step, and
     # that step's task waits on the projections queue
-    give_up = time.monotonic() + CALL_TIMEOUT_S
-    while (record := boundary.store.get(key, with_raw=True)) is None or record.raw is None:
-        assert time.monotonic() < give_up, "the tool's raw response was never kept"
-        time.sleep(0.05)
+    wait_until(
+        lambda: (
+            (kept := boundary.store.get(key, with_raw=True)) is not None and kept.raw is not None
+        ),
+        "the tool's raw response to be kept",
+        CALL_TIMEOUT_S,
+        every=0.05,
+    )
     assert _waiting_projections(broker) == 1
     record = boundary.store.get(key, with_raw=False)
     assert record is not None and record.status == "PROJECTING"

@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from boundary.store import keys
 from tasks.settings import Settings
 from tests.celery.workers import ROOT, settings_env
 from tests.support.celery_tools import runs_of
+from tests.support.helpers import wait_until
 
 #: Longest a racing process may take from start to its printed outcome, seconds.
 PROCESS_TIMEOUT_S = 90
@@ -65,11 +65,12 @@ def race(
             )
         )
     try:
-        give_up = time.monotonic() + PROCESS_TIMEOUT_S
-        while not all((tmp / f"ready-{i}").exists() for i in range(len(procs))):
+
+        def ready() -> bool:
             assert all(p.poll() is None for p in procs), "a racing process ended early"
-            assert time.monotonic() < give_up, "the racing processes did not start"
-            time.sleep(0.01)
+            return all((tmp / f"ready-{i}").exists() for i in range(len(procs)))
+
+        wait_until(ready, "the racing processes to start", PROCESS_TIMEOUT_S, every=0.01)
         go.touch()
         outputs = [p.communicate(timeout=PROCESS_TIMEOUT_S)[0] for p in procs]
     finally:
@@ -137,10 +138,7 @@ def test_replay_while_the_first_call_runs_waits_for_its_outcome(
     log = str(tmp_path / "runs.log")
     first = call(run, {"log": log, "hold": True})
     assert celery_boundary.submit(first, run).accepted
-    give_up = time.monotonic() + 30
-    while runs_of(log) == 0:
-        assert time.monotonic() < give_up, "the tool did not start"
-        time.sleep(0.01)
+    wait_until(lambda: runs_of(log) != 0, "the tool to start", 30, every=0.01)
     budget = charged(redis_client, run)
     # When it is replayed with a short wait, it is still running: a PROJECTING outcome
     pending = celery_boundary.invoke(first, run, timeout=0.2, replay=True)

@@ -261,7 +261,7 @@ def sweeper(celery_session_app: Celery) -> Iterator[threading.Thread]:
     stop = threading.Event()
 
     def sweep() -> None:
-        while not stop.wait(0.5):
+        while not stop.wait(0.5):  # not a wait: the fleet's sweeper, every half second
             sweep_reserved(flow, flow.reserved[CAP])
 
     running = threading.Thread(target=sweep, daemon=True)

@@ -25,7 +25,7 @@ from tasks.wiring.app import PROJECT, PROJECTIONS_QUEUE, create_app
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
-from tests.support.helpers import create_terms
+from tests.support.helpers import create_terms, wait_until
 from tests.support.servers import redis_server
 
 
@@ -82,22 +82,24 @@ def test_a_worker_lost_between_raw_and_seal_is_projected_again_and_ends_ready(
     ):
         # Given a call whose projector's process is killed once the raw response is kept
         _submit_dying_projection(boundary, "c1", marker)
-        give_up = time.monotonic() + 30
-        while not marker.exists():
-            assert time.monotonic() < give_up
-            time.sleep(0.1)
+        wait_until(marker.exists, "the projector's process to be killed", 30, every=0.1)
         died = time.monotonic()
         time.sleep(0.5)
         record = store.get(key)
         assert record.status is InvocationStatus.PROJECTING and record.raw is not None
         # When the reaper passes (as beat runs it) until the call ends
         reprojected = 0
-        while store.get(key).status is InvocationStatus.PROJECTING:
-            assert time.monotonic() - died < 60
+
+        def ended() -> bool:
+            nonlocal reprojected
+            if store.get(key).status is not InvocationStatus.PROJECTING:
+                return True
             reprojected += reap_once(
                 store, _sender(app), retry_after_s=5, max_reprojections=2
             ).reprojected
-            time.sleep(0.3)
+            return False
+
+        wait_until(ended, "the reaper to end the call", 60 - (time.monotonic() - died), every=0.3)
         settled = time.monotonic() - died
     # Then the kept raw response was projected: READY, not WORKER_LOST
     sealed = store.get(key)
@@ -175,18 +177,22 @@ def test_a_store_failure_under_the_project_step_resends_it(
                 arguments={"query": "x", "hang": 2},
             )
             assert boundary.submit(call, RUN).accepted
-            give_up = time.monotonic() + 30
-            while (store.get(key) or None) is None or store.get(key).raw is None:
-                assert time.monotonic() < give_up
-                time.sleep(0.05)
+            wait_until(
+                lambda: (kept := store.get(key)) is not None and kept.raw is not None,
+                "the raw response to be kept",
+                30,
+                every=0.05,
+            )
             server.stop()
             # When the store comes back after the step's own retries are spent (the worker
             # says it sent the step again; the wait only fails a hung test)
             log = tmp_path / "w.log"
-            give_up = time.monotonic() + 60
-            while "sent again" not in log.read_text(errors="replace"):
-                assert time.monotonic() < give_up, log.read_text()[-3000:]
-                time.sleep(0.1)
+            wait_until(
+                lambda: "sent again" in log.read_text(errors="replace"),
+                f"the worker to send the step again (log: {log})",
+                60,
+                every=0.1,
+            )
             server.start()
             back = time.monotonic()
             # Then the step is sent again and the call ends READY without the reaper

@@ -40,6 +40,7 @@ def _call_until_seen(boundary: ToolBoundary, seen: dict[str, dict[str, Any]]) ->
         assert boundary.outcome(RUN.run_id, call_id, timeout=30).status == "READY"
         task_id = f"{RUN.run_id}:{call_id}:execute"
         give_up = time.monotonic() + 2
+        # Not wait_until: a miss is no failure, the next call is tried
         while task_id not in seen and time.monotonic() < give_up:
             time.sleep(0.01)
         if task_id in seen:

@@ -28,6 +28,7 @@ from tasks.wiring.app import create_app
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import STORE_DB, celery_test_settings, redis_url
 from tests.support import flow_tools
+from tests.support.helpers import wait_until
 from tests.support.sentinel_servers import sentinel_setup
 
 RUN = RunContext(run_id="run-sentinel-flow", authorized_tools=frozenset({"slot3"}))
@@ -103,10 +104,12 @@ def test_a_limited_tool_behind_sentinel_holds_its_limit_and_leaves_no_slot_held(
             # Then every call is READY, never more than three ran at once, and none is held
             assert [o.status for o in outcomes] == [InvocationStatus.READY] * CALLS
             assert int(redis_client.get(flow_tools.keys_of(tag)[1]) or 0) == 3
-            give_up = time.monotonic() + GIVE_UP_S
-            while (flow.status("slot3").running, flow.status("slot3").waiting) != (0, 0):
-                assert time.monotonic() < give_up, flow.status("slot3")
-                time.sleep(0.05)
+            wait_until(
+                lambda: (flow.status("slot3").running, flow.status("slot3").waiting) == (0, 0),
+                "slot3 to hold no slot and have no call in line",
+                GIVE_UP_S,
+                every=0.05,
+            )
             assert len(set(redis_client.lrange(flow_tools.keys_of(tag)[4], 0, -1))) == CALLS
         store.client.close()
 
@@ -141,25 +144,29 @@ def test_a_limited_tool_s_calls_all_end_and_free_their_slots_across_a_sentinel_f
                 if boundary.submit(call, RUN).accepted:
                     accepted.append(f"g{n}")
             give_up = time.monotonic() + GIVE_UP_S
-            while redis_client.hlen(flow_tools.keys_of(tag)[0]) == 0:
-                assert time.monotonic() < give_up, "no call ever ran"
-                time.sleep(0.05)
+            wait_until(
+                lambda: redis_client.hlen(flow_tools.keys_of(tag)[0]) != 0,
+                "a call to run",
+                GIVE_UP_S,
+                every=0.05,
+            )
             # When the master is killed
             master = setup.master()
             old_master = master.port
             master.kill()
-            while True:
+
+            def promoted() -> bool:
                 try:
-                    if setup.master_port() != old_master:
-                        break
+                    return setup.master_port() != old_master
                 except redis.RedisError:
-                    pass
-                assert time.monotonic() < give_up, "the Sentinels never promoted the replica"
-                time.sleep(0.1)
+                    return False
+
+            patience = give_up - time.monotonic()
+            wait_until(promoted, "the Sentinels to promote the replica", patience, every=0.1)
             # Then every accepted call ends (READY or a stable code) and no slot stays held
             ended: dict[str, object] = {}
-            while len(ended) < len(accepted):
-                assert time.monotonic() < give_up + GIVE_UP_S, sorted(set(accepted) - set(ended))
+
+            def all_ended() -> bool:
                 for call_id in accepted:
                     if call_id not in ended:
                         try:
@@ -168,13 +175,21 @@ def test_a_limited_tool_s_calls_all_end_and_free_their_slots_across_a_sentinel_f
                             continue  # the store between masters
                         if not outcome.pending:
                             ended[call_id] = outcome
-                time.sleep(0.1)
+                return len(ended) == len(accepted)
+
+            patience = give_up + GIVE_UP_S - time.monotonic()
+            wait_until(all_ended, "every accepted call to end", patience, every=0.1)
             codes = {o.error_code or o.status for o in ended.values()}  # type: ignore[attr-defined]
             assert codes <= {InvocationStatus.READY, *STABLE}, codes
-            while True:
+
+            def freed() -> bool:
                 status = flow.status("slot3")
-                if (status.running, status.waiting) == (0, 0):
-                    break
-                assert time.monotonic() < give_up + 2 * GIVE_UP_S, status
-                time.sleep(0.2)
+                return (status.running, status.waiting) == (0, 0)
+
+            wait_until(
+                freed,
+                "slot3 to hold no slot and have no call in line",
+                give_up + 2 * GIVE_UP_S - time.monotonic(),
+                every=0.2,
+            )
         store.client.close()

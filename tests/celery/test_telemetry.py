@@ -4,7 +4,6 @@ refused calls with their code, and nothing of a call's content in any span."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ from tests.celery.conftest import RUN
 from tests.conftest import celery_test_settings
 from tests.support import celery_tools, otel
 from tests.support.celery_tools import SECRET, SECRET_URL, STACK
+from tests.support.helpers import wait_until
 
 #: Longest wait for a worker's spans to end (they end after the caller is woken).
 SPANS_WAIT_S = 30.0
@@ -50,14 +50,17 @@ def call(boundary: ToolBoundary, call_id: str, tool: str, arguments: dict[str, A
 
 def spans_of(exporter: otel.InMemorySpanExporter, call_id: str, count: int) -> list[ReadableSpan]:
     """The call's spans, once ``count`` of them have ended."""
-    deadline = time.monotonic() + SPANS_WAIT_S
-    while True:
+
+    def ended() -> list[ReadableSpan] | None:
         found = [
             s for s in exporter.get_finished_spans() if (s.attributes or {}).get(CALL_ID) == call_id
         ]
-        if len(found) >= count or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+        return found if len(found) >= count else None
+
+    spans: list[ReadableSpan] = wait_until(
+        ended, f"{count} ended spans of {call_id}", SPANS_WAIT_S, every=0.05
+    )
+    return spans
 
 
 def by_name(spans: list[ReadableSpan]) -> dict[str, ReadableSpan]:
@@ -246,14 +249,16 @@ def test_with_the_celery_instrumentation_our_spans_nest_under_its_task_spans(
         with tracer.start_as_current_span("agent turn") as turn:
             call(celery_boundary, "instrumented-1", "lookup", {"query": "gamma"})
         found = by_name(spans_of(spans, "instrumented-1", 3))
-        deadline = time.monotonic() + SPANS_WAIT_S
         # The chain (the default) has a project task; a call projected in line (the opt-in)
         # has none: its project step runs in the execute task's span
         project_task = EXECUTE if celery_settings.project_in_line else PROJECT
         wanted = {f"run/{EXECUTE}", f"run/{project_task}"}
-        while not wanted <= {s.name for s in spans.get_finished_spans()}:
-            assert time.monotonic() < deadline, "the instrumentation's task spans never ended"
-            time.sleep(0.05)
+        wait_until(
+            lambda: wanted <= {s.name for s in spans.get_finished_spans()},
+            "the instrumentation's task spans to end",
+            SPANS_WAIT_S,
+            every=0.05,
+        )
     finally:
         instrumentor.uninstrument()
 

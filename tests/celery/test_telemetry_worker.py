@@ -24,6 +24,7 @@ from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 from tests.support import otel
+from tests.support.helpers import wait_until
 
 #: Longest wait for the worker's spans to reach the file.
 SPANS_WAIT_S = 30.0
@@ -43,16 +44,18 @@ def isolated(
 
 
 def worker_spans(path: Path, call_id: str, count: int) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + SPANS_WAIT_S
-    while True:
+    def ended() -> list[dict[str, Any]] | None:
         found = [
             s
             for s in otel.read_span_file(path)
             if s["attributes"].get("gen_ai.tool.call.id") == call_id  # type: ignore[union-attr]
         ]
-        if len(found) >= count or time.monotonic() > deadline:
-            return found
-        time.sleep(0.1)
+        return found if len(found) >= count else None
+
+    spans: list[dict[str, Any]] = wait_until(
+        ended, f"{count} ended spans of {call_id}", SPANS_WAIT_S, every=0.1
+    )
+    return spans
 
 
 def test_a_worker_process_continues_the_callers_trace(
@@ -158,17 +161,18 @@ def test_a_prefork_worker_serves_the_counts_of_its_children_by_tool_and_code(
                 assert not outcome.pending
         # (the project task's figures are written just after the seal wakes the caller)
         deadline = time.monotonic() + 30
-        while True:
+
+        def projected() -> tuple[str, dict[Any, float]] | None:
             text = scrape(port)
             found = samples(text)
-            projected = sum(
+            count = sum(
                 v
                 for (name, _), v in found.items()
                 if name == "tool_boundary_project_duration_seconds_count"
             )
-            if projected >= 20 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+            return (text, found) if count >= 20 else None
+
+        text, found = wait_until(projected, "the figures of 20 project steps", 30, every=0.2)
         # and two calls still run (the PROJECTING gauge is read from the store when scraped)
         for n in (1, 2):
             started = tmp_path / f"started-{n}"
@@ -179,9 +183,12 @@ def test_a_prefork_worker_serves_the_counts_of_its_children_by_tool_and_code(
                 arguments={"seconds": 3, "started": str(started)},
             )
             assert boundary.submit(envelope, run).accepted
-        while not all((tmp_path / f"started-{n}").exists() for n in (1, 2)):
-            assert time.monotonic() < deadline + 30, "the sleepy calls never started"
-            time.sleep(0.05)
+        wait_until(
+            lambda: all((tmp_path / f"started-{n}").exists() for n in (1, 2)),
+            "the sleepy calls to start",
+            deadline + 30 - time.monotonic(),
+            every=0.05,
+        )
         while_running = samples(scrape(port))
         running = while_running[("tool_boundary_projecting_calls", frozenset())]
         lag = while_running.get(("tool_boundary_heartbeat_lag_seconds", frozenset()))

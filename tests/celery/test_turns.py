@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +25,7 @@ from boundary.store._redis_common import load_script
 from boundary.store.turns import CREATE_MANY
 from tests.conftest import BROKER_DB, CELERY_MAX_RAW_BYTES, STORE_DB
 from tests.support import flow_tools
+from tests.support.helpers import wait_until
 
 #: Longest wait for a turn's outcomes, seconds (a bound, not a timing assertion).
 WAIT_S = 30.0
@@ -102,10 +102,12 @@ def _until_narrow_is_free(boundary: ToolBoundary) -> None:
     slot up in a round trip of its own, after the seal its waiter sees."""
     flow = boundary.store.flow
     assert isinstance(flow, Flow)
-    give_up = time.monotonic() + WAIT_S
-    while (status := flow.status("narrow")).running or status.waiting:
-        assert time.monotonic() < give_up, status
-        time.sleep(0.02)
+
+    def free() -> bool:
+        status = flow.status("narrow")
+        return not (status.running or status.waiting)
+
+    wait_until(free, "the narrow tool's slot to be free", WAIT_S)
 
 
 def _rebased(envelopes: list[ToolCallEnvelope], run: RunContext) -> list[ToolCallEnvelope]:
@@ -316,12 +318,15 @@ def test_a_turn_is_one_create_script_and_one_broker_write(
 
     reader = threading.Thread(target=watch, daemon=True)
     reader.start()
+
     # MONITOR is on once it shows a command sent after it
-    give_up = time.monotonic() + WAIT_S
-    while not any("START-TURN-MONITOR" in c["command"] for c in list(seen)):
-        assert time.monotonic() < give_up, "MONITOR never started"
+    def monitoring() -> bool:
+        if any("START-TURN-MONITOR" in c["command"] for c in list(seen)):
+            return True
         monitor_client.echo("START-TURN-MONITOR")
-        time.sleep(0.05)
+        return False
+
+    wait_until(monitoring, "MONITOR to start", WAIT_S, every=0.05)
     # When a turn of eight calls is submitted, counting the broker connection's writes
     with _Writes(BROKER_DB) as broker_writes:
         submissions = boundary.submit_many(turn, run)

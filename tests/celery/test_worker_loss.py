@@ -31,6 +31,7 @@ from tasks.worker.calls import reap_stuck_calls
 from tests.celery.conftest import RUN
 from tests.celery.workers import celery_process, worker_args
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
+from tests.support.helpers import wait_until
 
 
 @pytest.fixture
@@ -65,16 +66,6 @@ def submit(boundary: ToolBoundary, call_id: str, tool: str, arguments: dict, run
     assert boundary.submit(envelope, run).accepted
 
 
-def wait_for_raw_or_seal(key: CanonicalKey, timeout: float) -> None:
-    store = get_runtime().store
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        record = store.get(key)
-        if record is not None and record.status is not InvocationStatus.PROJECTING:
-            return
-        time.sleep(0.1)
-
-
 def assert_ended_once(redis_client: redis.Redis, key: CanonicalKey) -> None:
     """Sealed, indexed exactly once in the run's progress, nothing left pending."""
     record = get_runtime().store.get(key)
@@ -95,10 +86,12 @@ def test_killed_pool_process_is_retried_and_ends_ready(
         # Given a tool running in the worker's only pool process (it says so: a file)
         started_file = tmp_path / "started"
         submit(boundary, "c1", "sleepy", {"seconds": 3, "started": str(started_file)})
-        give_up = time.monotonic() + 60
-        while not started_file.exists():
-            assert time.monotonic() < give_up, (tmp_path / "w.log").read_text()[-3000:]
-            time.sleep(0.05)
+        wait_until(
+            started_file.exists,
+            f"the tool to start (worker log: {tmp_path / 'w.log'})",
+            60,
+            every=0.05,
+        )
         (child,) = children(worker.pid)
         # When that process is killed
         started = time.monotonic()
@@ -149,20 +142,24 @@ def test_whole_worker_killed_call_is_reaped_and_redelivery_does_not_run_it_again
     ) as worker:
         submit(boundary, "c1", "sleepy", {"seconds": 8}, run=run)
         received = "Task tool_boundary.execute[run-e2e:c1:execute] received"
-        wait_for = time.monotonic() + 30
-        while received not in (tmp_path / "a.log").read_text(errors="replace"):
-            assert time.monotonic() < wait_for, (tmp_path / "a.log").read_text()[-2000:]
-            time.sleep(0.1)
+        wait_until(
+            lambda: received in (tmp_path / "a.log").read_text(errors="replace"),
+            f"the worker to receive the call (its log: {tmp_path / 'a.log'})",
+            30,
+            every=0.1,
+        )
         time.sleep(0.5)
         started = time.monotonic()
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
     assert get_runtime().store.get(key).status is InvocationStatus.PROJECTING
     # When the reaper runs after the deadline plus grace
-    reaped = {"sealed": 0}
-    while reaped["sealed"] == 0 and time.monotonic() - started < 60:
-        time.sleep(0.5)
-        reaped = reap_stuck_calls()
+    wait_until(
+        lambda: reap_stuck_calls()["sealed"],
+        "a reaper pass that seals the call",
+        60 - (time.monotonic() - started),
+        every=0.5,
+    )
     settled = time.monotonic() - started
     # Then the call is sealed WORKER_LOST
     sealed = get_runtime().store.get(key)
@@ -173,12 +170,14 @@ def test_whole_worker_killed_call_is_reaped_and_redelivery_does_not_run_it_again
     with celery_process(
         settings, *worker_args("heir", pool="prefork", concurrency=1), log=tmp_path / "b.log"
     ):
-        deadline = time.monotonic() + 30
         log = tmp_path / "b.log"
         # (a sealed ERROR record: the project task fails with the code only)
-        while "run-e2e:c1:project] raised expected: ToolCallFailed" not in log.read_text():
-            assert time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.2)
+        wait_until(
+            lambda: "run-e2e:c1:project] raised expected: ToolCallFailed" in log.read_text(),
+            f"the project task to fail with the code (worker log: {log})",
+            30,
+            every=0.2,
+        )
     assert "'SEALED'" in log.read_text()
     assert get_runtime().store.get(key) == sealed
     assert_ended_once(redis_client, key)

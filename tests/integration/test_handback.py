@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from boundary import CanonicalKey, handback
 from boundary.call_context import CallCancelled, CallScope
+from boundary.steps.attempts import AttemptTerms
 from boundary.store.base import WriteStatus
 from boundary.store.redis import RedisCanonicalStore
 from boundary.tool_threads import Watchdog
@@ -47,10 +48,16 @@ def test_a_hand_back_gives_the_attempt_up_counts_it_and_sends_the_next(
     key, scope = _running(store)
     sent: list[int] = []
 
+    class Sender:
+        def send_attempt(
+            self, key: CanonicalKey, *, attempt: int, queue: str, countdown_s: float = 0.0
+        ) -> None:
+            sent.append(attempt)
+
+    terms = AttemptTerms(sender=Sender(), max_pending_s=60, reap_grace_s=1)
+
     def hand_back() -> WriteStatus | None:
-        return handback.hand_back(
-            store, key, scope, send=sent.append, reap_after_s=60, reap_grace_s=1
-        )
+        return handback.hand_back(store, key, None, scope, terms)
 
     assert hand_back() is None  # handed back
 
@@ -103,7 +110,9 @@ def test_show_prints_the_hand_backs(
     store: RedisCanonicalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key, scope = _running(store)
-    assert handback.hand_back(store, key, scope, send=None, reap_after_s=60, reap_grace_s=1) is None
+    # A process without a sender moves the attempt on all the same (the reaper sends it)
+    terms = AttemptTerms(sender=None, max_pending_s=60, reap_grace_s=1)
+    assert handback.hand_back(store, key, None, scope, terms) is None
     monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", redis_url(STORE_DB))
     shown = CliRunner().invoke(cli, ["show", key.run_id, key.tool_call_id, "--json"])
     assert shown.exit_code == 0, shown.output

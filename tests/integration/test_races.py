@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +35,7 @@ from tests.support.helpers import (
     monitored,
     record_keys,
     register,
+    wait_until,
 )
 
 T = TypeVar("T")
@@ -262,8 +262,11 @@ def test_outcome_read_by_another_thread_waits_without_hammering_redis(
     register(registry, FakeTool(during=lambda arguments: release.wait(5)))
     runner = threading.Thread(target=lambda: boundary.submit(envelope("call_1"), make_run()))
     runner.start()
-    while not redis_client.exists(keys.record_key(key_of("call_1"))):
-        time.sleep(0.005)
+    wait_until(
+        lambda: redis_client.exists(keys.record_key(key_of("call_1"))),
+        "the call's record",
+        every=0.005,
+    )
     # When another thread asks for its outcome while it still runs
     with monitored(redis_client) as commands:
         pending = boundary.outcome(RUN_ID, "call_1", timeout=0.5)

@@ -18,6 +18,7 @@ from boundary.store import keys
 from boundary.store.flow import Admitted, FlowStanding, ToolLimits
 from boundary.store.redis_jobs import RedisJobs
 from tasks.worker.chunk_slots import REPROJECT_SLOTS, lane_key, take
+from tests.support.helpers import wait_until
 
 ENTRY = "tool_boundary.test-chunks"
 #: Long enough that no lease runs out during a test that does not wait for it.
@@ -68,13 +69,8 @@ def admit(flow: Flow, entry: Reserved, key: CanonicalKey, attempt: int) -> Admit
 
 
 def sweep_until_freed(flow: Flow, entry: Reserved) -> int:
-    give_up = time.monotonic() + GIVE_UP_S
-    while True:
-        fixed = sweep_reserved(flow, entry)
-        if fixed:
-            return fixed
-        assert time.monotonic() < give_up, "the lease was never freed"
-        time.sleep(0.02)
+    fixed: int = wait_until(lambda: sweep_reserved(flow, entry), "the lease to be freed", GIVE_UP_S)
+    return fixed
 
 
 def test_a_lease_renewed_in_time_is_not_freed_as_expired(store: RedisCanonicalStore) -> None:

@@ -129,6 +129,7 @@ def test_acall_leaves_the_event_loop_free(redis_client: redis.Redis) -> None:
     handle = boundary.for_run(make_run(), timeout=30)
 
     async def releaser() -> None:
+        # Not wait_until: this waits inside the event loop the tool needs (it must not block it)
         while not started.is_set():
             await asyncio.sleep(0.01)
         release.set()

@@ -7,7 +7,6 @@ Redis is up.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import redis
 from tasks.exits import EXIT_UNAVAILABLE
 from tests.celery.workers import celery_process, run_stopping_worker, settings_env
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, redis_url
+from tests.support.helpers import wait_until
 from tests.support.servers import RedisServer
 
 #: Seconds a worker may take to give up or to start (only a hung worker reaches it).
@@ -96,11 +96,11 @@ def test_a_worker_started_before_its_store_starts_once_the_store_answers(
             store.start()
 
             # Then the worker starts (the wait only fails a hung test)
-            give_up = time.monotonic() + PROCESS_TIMEOUT_S
-            while " ready." not in log.read_text(errors="replace"):
+            def ready() -> bool:
                 assert proc.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < give_up, log.read_text()[-3000:]
-                time.sleep(0.1)
+                return " ready." in log.read_text(errors="replace")
+
+            wait_until(ready, f"the worker to start (log: {log})", PROCESS_TIMEOUT_S, every=0.1)
     finally:
         store.stop()
     text = log.read_text(errors="replace")

@@ -3,12 +3,11 @@ minted, and its record once sealed."""
 
 from __future__ import annotations
 
-import time
-
 import redis
 
 from boundary import CanonicalKey, CanonicalRecord, InvocationStatus, RedisCanonicalStore
 from tests.mcp.conftest import RUN_ID
+from tests.support.helpers import wait_until
 
 
 def minted_key(redis_client: redis.Redis) -> CanonicalKey:
@@ -23,10 +22,12 @@ def sealed(
     store: RedisCanonicalStore, key: CanonicalKey, timeout_s: float = 30.0
 ) -> CanonicalRecord:
     """The call's record once it is no longer PROJECTING (fails after ``timeout_s``)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def ended() -> CanonicalRecord | None:
         record = store.get(key)
         if record is not None and record.status is not InvocationStatus.PROJECTING:
             return record
-        assert time.monotonic() < deadline, "the call never sealed"
-        time.sleep(0.05)
+        return None
+
+    record: CanonicalRecord = wait_until(ended, "the call to be sealed", timeout_s, every=0.05)
+    return record

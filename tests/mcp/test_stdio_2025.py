@@ -23,6 +23,7 @@ from tests.mcp.conftest import RUN_ID
 from tests.mcp.raw import RawStdioClient, check
 from tests.mcp.records import minted_key, sealed
 from tests.mcp.servers import server_env
+from tests.support.helpers import wait_until
 
 #: The servers' progress interval here, seconds (the default is 5).
 PROGRESS_S = "0.2"
@@ -45,10 +46,7 @@ def meta(call_id: str | None = None, **extra: Any) -> dict[str, Any]:
 
 
 def wait_for_file(path: Path, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.02)
+    wait_until(path.exists, f"{path.name} to appear", timeout_s)
 
 
 def test_a_raw_2025_client_runs_a_task_to_its_result_every_message_per_the_schema(

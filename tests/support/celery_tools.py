@@ -170,6 +170,7 @@ def counted(arguments: dict[str, Any]) -> dict[str, Any]:
         HELD.wait(timeout=8.0)
     if arguments.get("until"):
         give_up = time.monotonic() + 8.0
+        # Not wait_until: a tool's body in the worker, which returns after 8 s whatever
         while not os.path.exists(arguments["until"]) and time.monotonic() < give_up:
             time.sleep(0.02)
     return {"hits": [{"id": f"counted-{arguments.get('n', 0)}"}]}
@@ -261,6 +262,7 @@ def hang(arguments: dict[str, Any]) -> dict[str, Any]:
     """Hangs (never heartbeats) until ``HANG`` is set or ``seconds`` pass; with ``stubborn``,
     it swallows every exception raised into it meanwhile (no interruption stops it)."""
     give_up = time.monotonic() + float(arguments.get("seconds", 600))
+    # Not a wait of the test: the tool hangs on purpose
     while not HANG.is_set() and (left := give_up - time.monotonic()) > 0:
         try:
             HANG.wait(min(left, 0.05) if arguments.get("stubborn") else left)

@@ -94,12 +94,14 @@ def metered(arguments: dict[str, Any]) -> dict[str, Any]:
     try:
         until = int(arguments.get("until", 0))
         waited = time.monotonic() + 3.0
+        # Not wait_until: a tool's body, which heartbeats meanwhile and goes on after 3 s
         while until and int(client.get(keys[1]) or 0) < until and time.monotonic() < waited:
             heartbeat(message="waiting for the others")
             time.sleep(0.02)
         while arguments.get("hold") and not HOLD.wait(0.05):
             heartbeat(message="held")
         ends = time.monotonic() + float(arguments.get("ms", 50)) / 1000
+        # Not a wait: the tool runs for its ``ms``, heartbeating
         while (left := ends - time.monotonic()) > 0:
             heartbeat(progress=1 - left, message="metered")
             time.sleep(min(left, 0.05))

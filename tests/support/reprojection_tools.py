@@ -103,6 +103,7 @@ class LookupV2(LookupV1):
         if query == "hold":
             hold = Path(os.environ[HOLD_ENV])
             deadline = time.monotonic() + 60
+            # Not wait_until: a projector's body in the worker, which goes on after 60 s
             while not hold.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
         if query == "die":

@@ -54,6 +54,7 @@ def _wait_for_the_death(**_: Any) -> None:
     if marker is None:
         return
     give_up = time.monotonic() + 20
+    # Not wait_until: runs in the worker at its start, which goes on after 20 s whatever
     while time.monotonic() < give_up:
         try:
             pid = int(marker.read_text() or "0")

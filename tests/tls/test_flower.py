@@ -3,6 +3,7 @@ API the queues' lengths, and no page shows the password."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import urllib.request
@@ -13,6 +14,7 @@ import pytest
 
 from boundary import RunContext, ToolCallEnvelope
 from tests.celery.workers import celery_process
+from tests.support.helpers import wait_until
 from tests.support.servers import free_port, release_port
 from tests.tls.servers import TlsRedisServer
 from tests.tls.stack import caller, role_settings, worker
@@ -54,19 +56,22 @@ def flower(tls_redis: TlsRedisServer, tmp_path_factory: pytest.TempPathFactory) 
 
 def test_flowers_task_list_and_queues_over_tls(tls_redis: TlsRedisServer, flower: str) -> None:
     boundary = caller(tls_redis, 0)
-    give_up = time.monotonic() + WAIT_S
-    seen: dict[str, Any] = {}
-    n = 0
-    # (Flower says it is up before its event receiver listens: calls until it sees one)
-    while not any(v.get("name") for k, v in seen.items() if k.startswith(RUN.run_id)):
-        assert time.monotonic() < give_up, tls_redis.client().acl_log(20)
+    sent = itertools.count()
+
+    def flower_saw_a_call() -> bool:
         envelope = ToolCallEnvelope(
-            run_id=RUN.run_id, tool_call_id=f"f{n}", tool_name="lookup", arguments={"query": "f"}
+            run_id=RUN.run_id,
+            tool_call_id=f"f{next(sent)}",
+            tool_name="lookup",
+            arguments={"query": "f"},
         )
         boundary.invoke(envelope, RUN, timeout=30)
-        n += 1
         time.sleep(0.5)
-        seen = json.loads(get(f"{flower}/api/tasks"))
+        seen: dict[str, Any] = json.loads(get(f"{flower}/api/tasks"))
+        return any(v.get("name") for k, v in seen.items() if k.startswith(RUN.run_id))
+
+    # (Flower says it is up before its event receiver listens: calls until it sees one)
+    wait_until(flower_saw_a_call, "Flower to list a call (a refusal: Redis's ACL LOG)", WAIT_S)
     queues = json.loads(get(f"{flower}/api/queues/length"))
     assert {q["name"] for q in queues["active_queues"]} >= {"tools", "projections"}, queues
     for page in ("/broker", "/api/workers?refresh=1", "/tasks"):

@@ -24,9 +24,9 @@ same floor or one below:
    schemas, the tool-thread bound;
 1. what describes a tool and checks a call against it (registry, preflight), telemetry;
 2. ``store/``: the canonical store and its Redis implementation, and the formats it reads;
-3. what a running call and a limited tool use over the store (call context, progress, flow,
-   a draining worker's hand-back);
-4. the worker's steps (``steps/``), re-projection and the reaper;
+3. what a running call and a limited tool use over the store (call context, progress, flow);
+4. the worker's steps (``steps/``), a draining worker's hand-back, re-projection and the
+   reaper;
 5. the caller's calls: the shared call steps, dispatch, the seal waits, the sync and async
    paths, handles, turns, ``ToolBoundary``;
 6. ``boundary/__init__.py``, the package's face;
@@ -293,11 +293,12 @@ BOUNDARY_FLOORS: dict[str, int] = {
             "boundary.progress",
             "boundary.flow",
             "boundary.flow_terms",
-            "boundary.handback",
         ),
         3,
     ),
-    **dict.fromkeys(("boundary.steps", "boundary.reprojection", "boundary.reaper"), 4),
+    **dict.fromkeys(
+        ("boundary.steps", "boundary.handback", "boundary.reprojection", "boundary.reaper"), 4
+    ),
     **dict.fromkeys(
         (
             "boundary.call_steps",

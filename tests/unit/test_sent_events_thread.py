@@ -15,6 +15,7 @@ from celery import Celery
 from celery.events.state import State
 
 from tasks.wiring.sent_events import SentEvents
+from tests.support.helpers import wait_until
 
 
 class Producer:
@@ -151,9 +152,7 @@ def test_the_thread_ends_once_idle_and_the_next_event_starts_another() -> None:
     events = _events(producer)
     events.publish("task-sent", FIELDS, producer=None)
     assert events.flush(10)
-    give_up = time.monotonic() + 30
-    while events._thread is not None and time.monotonic() < give_up:
-        time.sleep(0.05)
+    wait_until(lambda: events._thread is None, "the idle thread to end", 30, every=0.05)
 
     # Then the thread ended (a dispatcher that stopped sending holds none), and a later event
     # is still published, by a new thread
@@ -215,9 +214,8 @@ def test_events_queued_together_are_published_in_one_batch() -> None:
     producer.hold.clear()
     events = _events(producer)
     events.publish("task-sent", {**FIELDS, "uuid": "first"}, producer=None)
-    give_up = time.monotonic() + 10
-    while events._queue and time.monotonic() < give_up:
-        time.sleep(0.01)  # the thread took the first one and waits on the producer
+    # The thread took the first one and waits on the producer
+    wait_until(lambda: not events._queue, "the thread to take the first event", 10, every=0.01)
     for uuid in ("a", "b", "c"):
         events.publish("task-sent", {**FIELDS, "uuid": uuid}, producer=None)
 
@@ -237,9 +235,7 @@ def test_a_failed_batch_of_events_is_published_again_one_by_one() -> None:
     producer.hold.clear()
     events = _events(producer)
     events.publish("task-sent", {**FIELDS, "uuid": "first"}, producer=None)
-    give_up = time.monotonic() + 10
-    while events._queue and time.monotonic() < give_up:
-        time.sleep(0.01)
+    wait_until(lambda: not events._queue, "the thread to take the first event", 10, every=0.01)
     for uuid in ("a", "b"):
         events.publish("task-sent", {**FIELDS, "uuid": uuid}, producer=None)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp
 
 from tasks.web.server import uvicorn_server
+from tests.support.helpers import wait_until
 from tests.support.servers import free_port, release_port
 
 
@@ -31,11 +31,13 @@ def serving(app: ASGIApp, host: str = "127.0.0.1") -> Iterator[Served]:
     thread = threading.Thread(target=server.run, name="web-view", daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
+
+        def started() -> bool:
+            if not thread.is_alive():
                 raise RuntimeError("the web view did not start")
-            time.sleep(0.05)
+            return bool(server.started)
+
+        wait_until(started, "the web view to start", 20, every=0.05)
         yield Served(f"http://127.0.0.1:{port}", host, port)
     finally:
         server.should_exit = True

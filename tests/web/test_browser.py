@@ -17,6 +17,7 @@ from tasks.runtime import get_runtime
 from tasks.settings import redis_location
 from tasks.web.app import create_app
 from tests.celery.conftest import RUN
+from tests.support.helpers import wait_until
 from tests.web.browser import chromium, require_chromium
 from tests.web.server import Served, serving
 
@@ -104,9 +105,7 @@ def test_cancel_works_without_javascript_and_the_tool_stops(
     steps.mkdir()
     start(celery_boundary, "web-cancel", steps=80, step_s=0.1, dir=str(steps))
     deadline = time.monotonic() + WAIT_MS / 1000
-    while not (steps / "web-cancel-1-2").exists():
-        assert time.monotonic() < deadline, "the tool never started"
-        time.sleep(0.1)
+    wait_until((steps / "web-cancel-1-2").exists, "the tool to start", WAIT_MS / 1000, every=0.1)
     context = browser.new_context(java_script_enabled=False, viewport=PHONE)
     page = context.new_page()
     try:
@@ -130,9 +129,7 @@ def test_cancel_works_without_javascript_and_the_tool_stops(
     assert outcome.status is InvocationStatus.ERROR
     assert outcome.error_code is ErrorCode.CANCELLED
     exit_file = steps / "web-cancel-1-exit"
-    while not exit_file.exists():
-        assert time.monotonic() < deadline + 30, "the tool did not stop"
-        time.sleep(0.1)
+    wait_until(exit_file.exists, "the tool to stop", deadline + 30 - time.monotonic(), every=0.1)
     assert exit_file.read_text() == "cancelled"
     ran = len(list(steps.glob("web-cancel-1-[0-9]*")))
     assert ran < 80
