@@ -15,7 +15,7 @@ from boundary.limits import Limits
 from boundary.models import CanonicalRecord, EvidenceStatus, InvocationStatus, is_safe_id
 from boundary.progress import RunProgressProjector
 from boundary.registry import ToolRegistry
-from boundary.reprojection.diff import facts_diff, flip_of, tool_total
+from boundary.reprojection.diff import facts_diff, flip_of, tool_total, why_total
 from boundary.reprojection.selection import Selection
 from boundary.steps import DEFAULT_PROJECTION_TIMEOUT_S, project_raw
 from boundary.store.base import CanonicalStore, ProgressEntry, WriteStatus
@@ -177,6 +177,7 @@ class Reprojector:
                 found.why[identity] = why
                 summary = why.summary()
                 report.failures[(record.tool_name, why.error_code.value, summary)] += 1
+                report.totals[why_total(record.tool_name, why.error_code.value, summary)] += 1
             elif side["projector_version"] == (record.projector_version or ""):
                 found.written[identity] = None  # the sealed version: nothing to keep
             elif side["projector_version"]:
