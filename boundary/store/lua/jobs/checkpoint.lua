@@ -72,19 +72,21 @@ if first_line <= #ARGV then
   redis.call("HINCRBY", KEYS[1], "report_bytes", 0)
   local bound = tonumber(ARGV[6]) - 64
   -- What the job keeps, as Redis counts it: its hash, and its lines stream with its
-  -- overhead (entries' headers, the stream's nodes, the allocator's rounding). The stream is
-  -- counted exactly (SAMPLES 0: every node) and as a plain MEMORY USAGE estimates it (from
-  -- its first nodes); the larger counts, so that whoever asks Redis sees no more than the
-  -- bound.
-  local function kept_bytes()
-    local lines = 0
-    if redis.call("EXISTS", KEYS[2]) == 1 then
-      lines = math.max(
-        redis.call("MEMORY", "USAGE", KEYS[2], "SAMPLES", "0"),
-        redis.call("MEMORY", "USAGE", KEYS[2])
-      )
+  -- overhead (entries' headers, the stream's nodes, the allocator's rounding). Each key is
+  -- counted exactly (SAMPLES 0: every node or field) and as a plain MEMORY USAGE estimates
+  -- it (from its first few); the larger counts, so that whoever asks Redis sees no more than
+  -- the bound.
+  local function usage(key)
+    if redis.call("EXISTS", key) == 0 then
+      return 0
     end
-    return lines + redis.call("MEMORY", "USAGE", KEYS[1], "SAMPLES", "0")
+    return math.max(
+      redis.call("MEMORY", "USAGE", key, "SAMPLES", "0"),
+      redis.call("MEMORY", "USAGE", key)
+    )
+  end
+  local function kept_bytes()
+    return usage(KEYS[1]) + usage(KEYS[2])
   end
   local kept = kept_bytes()
   local dropped = 0
