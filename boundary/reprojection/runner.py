@@ -92,7 +92,8 @@ def failure_type(diagnostic: Diagnostic) -> str:
 @dataclass
 class ChunkReport:
     """A chunk of runs re-projected: one report line per run, the chunk's totals, and its
-    failures by ``(tool, code, diagnostic summary)`` (for one worker WARNING each)."""
+    failures by ``(tool, code, diagnostic summary)`` (counted in the totals too, by
+    ``why_total``: the job's one worker WARNING each, when it ends)."""
 
     lines: list[dict[str, Any]] = field(default_factory=list)
     totals: Counter[str] = field(default_factory=Counter)
