@@ -170,3 +170,29 @@ def test_on_a_terminal_a_person_sees_progress_a_table_per_tool_and_the_flips(
     out = [json.loads(line) for line in piped.stdout.splitlines()]
     assert sorted(line["run_id"] for line in out) == ["t1", "t2"]
     assert "v1 -> v2" in piped.stderr and "v1 -> v2" not in piped.stdout
+
+
+def test_on_a_terminal_a_paced_job_says_when_its_next_chunk_starts(
+    cli_env: None,  # noqa: F811
+    v1: ToolBoundary,  # noqa: F811
+    worker_v2: tuple[Path, dict[str, str]],  # noqa: F811
+    celery_settings: Settings,
+) -> None:
+    # Given two runs of one record each, re-projected a run per chunk at 1 record per 20 s
+    write_runs(v1, {"p1": [("c1", "a", 0.9)], "p2": [("c1", "b", 0.9)]})
+    command = [
+        "reproject", "--projectors", "current", "--run", "p1", "--run", "p2",
+        "--chunk-size", "1", "--lanes", "1", "--rate", "1/20", "--job", "paced",
+    ]  # fmt: skip
+    # When a person follows it on a terminal
+    with on_a_terminal(cli_environment(celery_settings), *command) as (process, terminal):
+        # Then while the lane waits for its next chunk, the progress says when it starts
+        paced = re.compile(
+            r"1 of 2 runs \(50%\).*; paced by --rate 1/20: next chunk at about "
+            r"\d\d:\d\d:\d\d UTC"
+        )
+        wait_until(lambda: paced.search(terminal.text()), "the paced progress", GIVE_UP_S)
+        code = process.wait(timeout=GIVE_UP_S)
+    # And the job ends as usual
+    assert code == 0, terminal.text()
+    assert "by tool" in terminal.text()
