@@ -149,11 +149,13 @@ class Settings(BaseSettings, LimitFields):
     #: chunk whose worker died or stalled loses it this long after its last renewal, when
     #: the reaper's sweep frees it for the next chunk in line.
     reproject_lease_s: float = Field(default=30.0, gt=0)
-    #: Bytes of report lines (each run's diff) a re-projection job keeps in the store; past
-    #: it the oldest lines go (a follower has read them). 8 MiB: a few jobs' reports stay far
-    #: below a store's memory, so jobs never crowd calls out (the store refuses calls at its
-    #: memory watermark); ``--out FILE`` keeps the whole report.
-    job_report_max_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024**3)
+    #: Bytes a re-projection job keeps in the store: its hash and its report lines (each
+    #: run's diff) with Redis's own overhead, as ``MEMORY USAGE`` counts them; past it the
+    #: oldest lines go (a follower has read them). 8 MiB: a few jobs' reports stay far below
+    #: a store's memory, so jobs never crowd calls out (the store refuses calls at its memory
+    #: watermark); ``--out FILE`` keeps the whole report. At least 16 KiB (a stream's first
+    #: node alone takes about 4.6 KiB).
+    job_report_max_bytes: int = Field(default=8 * 1024 * 1024, ge=16 * 1024, le=1024**3)
     #: Seconds a job (its hash and report lines) stays after its last checkpoint. A day: long
     #: enough to read a job after a night's run, short enough that old reports do not pile
     #: up in the store; ``tool-boundary jobs delete ID`` removes one at once.

@@ -48,6 +48,33 @@ def tool_total(tool: str, kind: str) -> str:
     return _TOOL + json.dumps([tool, kind], separators=(",", ":"))
 
 
+#: A tool's kind of count of failures by code and diagnostic summary (exception type and
+#: frame, never the message): ``why:PROJECTION_FAILED:KeyError raised at tools.py:12 in f``.
+_WHY = "why:"
+
+
+def why_total(tool: str, code: str, summary: str) -> str:
+    """The totals' name of a count of ``tool``'s failures with ``code`` and ``summary``."""
+    return tool_total(tool, f"{_WHY}{code}:{summary}")
+
+
+def failures_why(totals: Mapping[str, int]) -> list[tuple[str, str, str, int]]:
+    """A job's failures by ``(tool, code, summary)`` with their count, sorted: what its one
+    WARNING per tool, code and frame says."""
+    out = []
+    for name, value in totals.items():
+        if not name.startswith(_TOOL) or not value:
+            continue
+        try:
+            tool, kind = json.loads(name[len(_TOOL) :])
+        except (ValueError, TypeError):
+            continue
+        if isinstance(kind, str) and kind.startswith(_WHY):
+            code, _, why = kind[len(_WHY) :].partition(":")
+            out.append((str(tool), code, why, int(value)))
+    return sorted(out)
+
+
 def flip_name(before: str, after: str) -> str:
     """``EVIDENCE_FOUND -> NO_EVIDENCE``: an evidence flip by its direction."""
     return f"{before} -> {after}"

@@ -15,7 +15,7 @@ from boundary.limits import Limits
 from boundary.models import CanonicalRecord, EvidenceStatus, InvocationStatus, is_safe_id
 from boundary.progress import RunProgressProjector
 from boundary.registry import ToolRegistry
-from boundary.reprojection.diff import facts_diff, flip_of, tool_total
+from boundary.reprojection.diff import facts_diff, flip_of, tool_total, why_total
 from boundary.reprojection.selection import Selection
 from boundary.steps import DEFAULT_PROJECTION_TIMEOUT_S, project_raw
 from boundary.store.base import CanonicalStore, ProgressEntry, WriteStatus
@@ -92,7 +92,8 @@ def failure_type(diagnostic: Diagnostic) -> str:
 @dataclass
 class ChunkReport:
     """A chunk of runs re-projected: one report line per run, the chunk's totals, and its
-    failures by ``(tool, code, diagnostic summary)`` (for one worker WARNING each)."""
+    failures by ``(tool, code, diagnostic summary)`` (counted in the totals too, by
+    ``why_total``: the job's one worker WARNING each, when it ends)."""
 
     lines: list[dict[str, Any]] = field(default_factory=list)
     totals: Counter[str] = field(default_factory=Counter)
@@ -177,6 +178,7 @@ class Reprojector:
                 found.why[identity] = why
                 summary = why.summary()
                 report.failures[(record.tool_name, why.error_code.value, summary)] += 1
+                report.totals[why_total(record.tool_name, why.error_code.value, summary)] += 1
             elif side["projector_version"] == (record.projector_version or ""):
                 found.written[identity] = None  # the sealed version: nothing to keep
             elif side["projector_version"]:

@@ -1,5 +1,6 @@
 """Re-projection jobs in Redis: a small hash per job (its selection, state, each lane's
-cursor and the totals), a stream of its report lines bounded in bytes, and an index of jobs.
+cursor and the totals), a stream of its report lines, and an index of jobs. What a job keeps
+(its hash and lines, as Redis's ``MEMORY USAGE`` counts them) is bounded in bytes.
 Every change is one Lua script, so a chunk's cursor, totals and lines move together. A job
 and its lines expire ``ttl_s`` after its last checkpoint; ``delete`` removes a finished one."""
 
@@ -25,8 +26,9 @@ _DELETE = load_script("jobs/delete")
 #: A job's hash and lines live this long after its last checkpoint (a day; the setting
 #: ``TOOL_BOUNDARY_JOB_REPORT_TTL_S``).
 DEFAULT_JOB_TTL_S = 24 * 3600
-#: Bytes of report lines a job keeps (the oldest go first; a follower reads them as they
-#: come; the setting ``TOOL_BOUNDARY_JOB_REPORT_MAX_BYTES``).
+#: Bytes a job keeps in Redis, its hash and report lines with their overhead as ``MEMORY
+#: USAGE`` counts them (the oldest lines go first; a follower reads them as they come; the
+#: setting ``TOOL_BOUNDARY_JOB_REPORT_MAX_BYTES``).
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 
 #: A job's states.
@@ -38,6 +40,8 @@ class Checkpoint:
 
     GOES_ON = 1
     ENDED = 2
+    #: The lane ended, and with it the job (once a job).
+    FINISHED = 3
     NOT_MINE = 0
     NO_JOB = -1
     LANE_ENDED = -2
@@ -62,7 +66,8 @@ class Job:
     totals: dict[str, int] = field(default_factory=dict)
     #: A worker has started a chunk of it (a job never taken is cancelled at once).
     taken: bool = False
-    #: Bytes of report lines kept, and lines dropped past the byte bound.
+    #: Bytes the job kept in Redis after its last lines (hash and lines, as ``MEMORY USAGE``
+    #: counts them), and lines dropped past the byte bound.
     report_bytes: int = 0
     lines_trimmed: int = 0
 

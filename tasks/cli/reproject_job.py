@@ -99,9 +99,11 @@ def start_job(
     return created, job
 
 
-def progress_text(job: Job, total: int | None, started: float) -> str:
-    """``reprocessing: 300 of 657 runs (45%), about 12s left``; a paced job whose lanes
-    wait for their next chunk says when it starts."""
+def progress_text(job: Job, total: int | None, started: float, now_s: float | None = None) -> str:
+    """``reprocessing: 300 of 657 runs (45%), about 12s left``; a paced job (``--rate``)
+    says when its next chunk starts (``next chunk at about 12:00:30 UTC``), or that it is due
+    (its countdown has run out: a chunk is at work or waits for a worker). ``now_s``: the
+    time, epoch seconds (the clock's by default)."""
     done = int(job.totals.get("runs", 0))
     text = f"reprocessing: {done} runs"
     if total:
@@ -113,8 +115,12 @@ def progress_text(job: Job, total: int | None, started: float) -> str:
     if rate and job.chunks:
         per_chunk = int(job.totals.get("records", 0)) / job.chunks
         next_at = job.updated_at_ms / 1000 + pace_s(job.spec, job.lanes, round(per_chunk))
-        when = datetime.fromtimestamp(next_at, tz=UTC).strftime("%H:%M:%S")
-        text += f"; paced by --rate {rate[0]:g}/{rate[1]:g}: next chunk at about {when} UTC"
+        paced = f"; paced by --rate {rate[0]:g}/{rate[1]:g}: next chunk"
+        if next_at > (time.time() if now_s is None else now_s):
+            when = datetime.fromtimestamp(next_at, tz=UTC).strftime("%H:%M:%S")
+            text += f"{paced} at about {when} UTC"
+        else:
+            text += f"{paced} due now"
     return text
 
 

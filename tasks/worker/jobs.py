@@ -28,6 +28,7 @@ from boundary.reprojection import (
     Reprojector,
     Selection,
     dumps_lines,
+    failures_why,
     page_runs,
 )
 from boundary.store.flow import FlowStanding, ToolLimits
@@ -91,16 +92,22 @@ def pace_s(spec: dict[str, Any], lanes: int, records: int) -> float:
     return float(records) * float(period_s) * lanes / float(limit)
 
 
-def _log_failures(job_id: str, report: ChunkReport) -> None:
-    """One WARNING per tool, code and diagnostic (exception type and frame, never the
-    message) of the chunk's failed projections, with how many records failed so."""
-    for (tool, code, why), times in sorted(report.failures.items()):
+def log_failures(jobs: RedisJobs, job_id: str, code: int) -> None:
+    """Once a job, by the checkpoint that finished it (``Checkpoint.FINISHED``): one WARNING
+    per tool, code and diagnostic (exception type and frame, never the message) of the
+    job's failed projections, with how many records failed so in the whole job."""
+    if code != Checkpoint.FINISHED:
+        return
+    job = jobs.get(job_id)
+    if job is None:
+        return
+    for tool, error_code, why, times in failures_why(job.totals):
         logger.warning(
             "job %s: projector of tool %s failed on %d record(s): %s, %s",
             job_id,
             tool,
             times,
-            code,
+            error_code,
             why,
         )
 
@@ -161,9 +168,10 @@ def _fail_lane(job_id: str, lane: int) -> None:
         job = jobs.get(job_id)
         if job is not None and lane in job.cursors:
             cursor = job.cursors[lane]
-            jobs.checkpoint(
+            code = jobs.checkpoint(
                 job_id, lane, before=cursor, after=cursor, totals={}, lines=[], failed=True
             )
+            log_failures(jobs, job_id, code)
     except StoreError:
         logger.error("job %s lane %d: not marked failed (store unavailable)", job_id, lane)
 
@@ -227,6 +235,7 @@ def _chunk(
     before = job.cursors[lane]
     if job.cancel:
         code = jobs.checkpoint(job_id, lane, before=before, after=before, totals={}, lines=[])
+        log_failures(jobs, job_id, code)
         return _progress(job, lane, 0, code), None
     spec = job.spec
     selection = Selection.from_json(spec["selection"])
@@ -243,7 +252,6 @@ def _chunk(
     if runs:
         reprojector = Reprojector(runtime.store, runtime.registry, write=bool(spec["write"]))
         report = reprojector.runs(runs, selection)
-        _log_failures(job_id, report)
     code = jobs.checkpoint(
         job_id,
         lane,
@@ -252,6 +260,7 @@ def _chunk(
         totals=dict(report.totals),
         lines=dumps_lines(report.lines),
     )
+    log_failures(jobs, job_id, code)
     countdown = None
     if code == Checkpoint.GOES_ON:
         countdown = pace_s(spec, job.lanes, report.totals["records"])

@@ -8,9 +8,16 @@ import json
 from rich.console import Console
 
 from boundary import EvidenceStatus, ObservedFact, ObservedFacts
-from boundary.reprojection import facts_diff, readable_changes, summary, version_text
-from boundary.reprojection.diff import tool_total
-from tasks.cli.reproject_job import Flips, tools_table, version_mismatch
+from boundary.reprojection import (
+    facts_diff,
+    failures_why,
+    readable_changes,
+    summary,
+    version_text,
+)
+from boundary.reprojection.diff import tool_total, why_total
+from boundary.store.redis_jobs import Job
+from tasks.cli.reproject_job import Flips, progress_text, tools_table, version_mismatch
 from tests.support.reprojection_tools import make_registry
 
 
@@ -86,3 +93,43 @@ def test_workers_running_another_version_are_named_in_one_line() -> None:
     line = version_mismatch(totals, make_registry("2"))
     assert line is not None and "lookup v1 (here v2)" in line
     assert version_mismatch(totals, make_registry("1")) is None
+
+
+def test_failures_are_totalled_by_tool_code_and_frame_for_the_job_s_one_warning_each() -> None:
+    frame = "KeyError raised at tools.py:12 in project"
+    totals = {
+        why_total("lookup", "PROJECTION_FAILED", frame): 7,
+        why_total("lookup", "PROJECTION_FAILED", "ValueError raised at tools.py:30 in f"): 2,
+        why_total("fetch", "PROJECTION_TIMEOUT", "no detail"): 1,
+        tool_total("lookup", "failed:KeyError"): 7,
+        "failed": 10,
+    }
+    assert failures_why(totals) == [
+        ("fetch", "PROJECTION_TIMEOUT", "no detail", 1),
+        ("lookup", "PROJECTION_FAILED", frame, 7),
+        ("lookup", "PROJECTION_FAILED", "ValueError raised at tools.py:30 in f", 2),
+    ]
+    # (the summary's rows by tool are as before: failures by type only)
+    assert summary(totals)["tools"]["lookup"]["failed"] == {"KeyError": 7}
+
+
+def paced_job(chunks: int, records: int, updated_at_s: float, rate: list[float] | None) -> Job:
+    return Job(
+        job_id="j", spec={"rate": rate}, state="running", cancel=False, lanes=2,
+        lanes_ended=0, cursors={0: "a", 1: "b"}, ended=frozenset(), created_at_ms=0,
+        updated_at_ms=int(updated_at_s * 1000), finished_at_ms=None, chunks=chunks,
+        totals={"runs": 30, "records": records},
+    )  # fmt: skip
+
+
+def test_progress_says_n_of_total_and_when_a_paced_job_s_next_chunk_starts() -> None:
+    at = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+    plain = progress_text(paced_job(3, 60, at, None), 120, started=0.0, now_s=at)
+    assert plain.startswith("reprocessing: 30 of 120 runs (25%)") and "paced" not in plain
+    # Chunks of 20 records, 2 lanes, 10 records a minute: a lane's next chunk 240 s after
+    # the last checkpoint
+    job = paced_job(3, 60, at, [10, 60])
+    waiting = progress_text(job, 120, started=0.0, now_s=at + 5)
+    assert waiting.endswith("; paced by --rate 10/60: next chunk at about 08:04:00 UTC")
+    due = progress_text(job, 120, started=0.0, now_s=at + 241)
+    assert due.endswith("; paced by --rate 10/60: next chunk due now")
