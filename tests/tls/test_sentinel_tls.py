@@ -19,7 +19,7 @@ from boundary import (
 )
 from boundary.store.sentinel import parse_sentinel_url
 from tasks import CeleryDispatcher
-from tasks.settings import Settings
+from tasks.settings import InvalidSettings, Settings, load_settings
 from tasks.wiring.app import celery_config, create_app
 from tasks.wiring.redis_access import unverified
 from tests.celery.workers import celery_process
@@ -101,10 +101,18 @@ def test_the_query_makes_sentinels_and_master_tls_with_verification_on_by_defaul
     assert "?" not in config["broker_url"] and "?" not in config["result_backend"]
 
 
-def test_an_unknown_option_is_refused_naming_the_option_only() -> None:
+def test_an_unknown_option_is_refused_naming_the_option_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = "redis+sentinel://:secret@h/tb?ssl_password=hunter2"
     with pytest.raises(ValueError, match="'ssl_password'") as refused:
-        parse_sentinel_url("redis+sentinel://:secret@h/tb?ssl_password=hunter2")
+        parse_sentinel_url(url)
     assert "hunter2" not in str(refused.value) and "secret" not in str(refused.value)
+    # (the settings name the variable, never its value)
+    monkeypatch.setenv("TOOL_BOUNDARY_REDIS_URL", url)
+    with pytest.raises(InvalidSettings) as invalid:
+        load_settings()
+    assert str(invalid.value) == "invalid settings: TOOL_BOUNDARY_REDIS_URL"
 
 
 def test_turning_verification_off_warns() -> None:
