@@ -93,13 +93,16 @@ def _sentinel_client(url: str, options: dict[str, Any]) -> redis.Redis:
     address = parse_sentinel_url(url)
     options.pop("max_connections", None)
     timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
-    sentinel = redis.sentinel.Sentinel(list(address.sentinels), sentinel_kwargs=timeouts)
+    # (the URL's TLS, to the Sentinels and to the master alike)
+    tls = address.tls_kwargs()
+    sentinel = redis.sentinel.Sentinel(list(address.sentinels), sentinel_kwargs=timeouts | tls)
     client: redis.Redis = sentinel.master_for(
         address.service,
         db=address.db,
         username=address.username,
         password=address.password,
         decode_responses=True,
+        **tls,
         **options,
     )
     return client

@@ -1,5 +1,12 @@
 """What the store's Redis does with memory and restarts (``ServerFacts``), read for the worker's
-start-up check: from the one server, or from every primary of a Redis Cluster."""
+start-up check: from the one server, or from every primary of a Redis Cluster.
+
+Only ``INFO`` is sent, never ``CONFIG`` (managed services refuse or rename it). ``INFO`` does
+not show the ``save`` schedule, so "RDB snapshots" means what it does show: the server wrote
+one since it started (``rdb_saves``) or is writing one (``rdb_bgsave_in_progress``). A server
+with ``save`` configured that has not snapshotted yet since its start reads as not persistent
+(a warning, or a refusal with ``TOOL_BOUNDARY_REQUIRE_PERSISTENCE``); an AOF
+(``aof_enabled``) is read exactly."""
 
 from __future__ import annotations
 
@@ -21,22 +28,24 @@ def server_facts(client: redis.Redis | redis.cluster.RedisCluster) -> ServerFact
     if isinstance(client, redis.cluster.RedisCluster):
         return _cluster_facts(client)
     # INFO, not CONFIG GET: CONFIG is often renamed or refused on managed Redis.
-    return _node_facts(client.info("memory"), client.info("persistence"), _save(client))
+    return _node_facts(client.info("memory"), client.info("persistence"))
 
 
-def _save(client: Any, **target: Any) -> Any:
-    try:
-        return client.config_get("save", **target)
-    except redis.ResponseError:
-        return {}
-
-
-def _node_facts(memory: dict[str, Any], persistence: dict[str, Any], save: Any) -> ServerFacts:
+def _node_facts(memory: dict[str, Any], persistence: dict[str, Any]) -> ServerFacts:
     return ServerFacts(
         maxmemory_policy=str(memory.get("maxmemory_policy", "noeviction")),
         maxmemory=int(memory.get("maxmemory", 0)),
         aof=bool(int(persistence.get("aof_enabled", 0))),
-        rdb=bool(str(save.get("save", "") if isinstance(save, dict) else "").strip()),
+        rdb=_snapshots(persistence),
+    )
+
+
+def _snapshots(persistence: dict[str, Any]) -> bool:
+    """Whether the server writes RDB snapshots, as far as ``INFO persistence`` tells: one was
+    written since it started, or one is being written."""
+    return (
+        int(persistence.get("rdb_saves", 0)) > 0
+        or int(persistence.get("rdb_bgsave_in_progress", 0)) > 0
     )
 
 
@@ -51,10 +60,7 @@ def _cluster_facts(client: redis.cluster.RedisCluster) -> ServerFacts:
     primaries = redis.cluster.RedisCluster.PRIMARIES
     memory = _per_node(client.info("memory", target_nodes=primaries), "used_memory")
     persistence = _per_node(client.info("persistence", target_nodes=primaries), "loading")
-    saves = _per_node(_save(client, target_nodes=primaries), "save")
-    nodes = [
-        _node_facts(memory[node], persistence.get(node, {}), saves.get(node, {})) for node in memory
-    ]
+    nodes = [_node_facts(memory[node], persistence.get(node, {})) for node in memory]
     evicting = next((node for node in nodes if node.evicts), None)
     return ServerFacts(
         maxmemory_policy=evicting.maxmemory_policy if evicting else "noeviction",

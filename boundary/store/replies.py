@@ -100,7 +100,8 @@ class ServerFacts:
     maxmemory: int
     #: Append-only file on: every write survives a restart (to the fsync policy).
     aof: bool
-    #: RDB snapshots configured (``save`` not empty): writes since the last one are lost.
+    #: RDB snapshots written (one since the server started, or one in progress: ``INFO`` does
+    #: not show the ``save`` schedule): writes since the last one are lost.
     rdb: bool
 
     @property

@@ -13,7 +13,7 @@ from kombu.entity import Exchange, Queue
 from boundary import ToolRegistry
 from tasks.runtime import configure_runtime, get_settings
 from tasks.settings import Settings
-from tasks.wiring.redis_access import broker_use_ssl
+from tasks.wiring.redis_access import backend_use_ssl, broker_use_ssl
 from tasks.wiring.results import BoundaryCelery, register_settings
 from tasks.wiring.sentinel import celery_url
 from tasks.wiring.transport_names import broker_transport_name
@@ -54,6 +54,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # (the URL's TLS options again, for Flower's Broker API, which reads only this)
         **broker_use_ssl(settings.broker),
         "result_backend": backend_url,
+        # (a TLS redis+sentinel:// backend's options, for the master it names)
+        **backend_use_ssl(settings.backend),
         "result_backend_transport_options": backend_options,
         "task_serializer": "json",
         "result_serializer": "json",

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import redis
 
 from boundary.store import keys
+from boundary.store.sentinel import UNVERIFIED, is_sentinel_url, parse_sentinel_url
 
 #: OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
 _NAME_MISMATCH = (62, 64)
@@ -132,9 +133,8 @@ def unverified(parts: dict[str, str]) -> list[str]:
     warnings = []
     for part, url in parts.items():
         query = parse_qs(urlsplit(url).query)
-        if url.lower().startswith("rediss://") and any(
-            value.strip().lower() in ("none", "cert_none")
-            for value in query.get("ssl_cert_reqs", [])
+        if url.lower().startswith(("rediss://", "redis+sentinel://")) and any(
+            value.strip().lower() in UNVERIFIED for value in query.get("ssl_cert_reqs", [])
         ):
             warnings.append(
                 f"the {part}'s TLS certificate is not verified (ssl_cert_reqs=none): anyone "
@@ -156,17 +156,35 @@ _CERT_REQS = {
 _SSL_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 
 
-def broker_use_ssl(url: str) -> dict[str, Any]:
-    """``{"broker_use_ssl": {...}}``: a ``rediss://`` broker URL's own TLS options, for the
-    clients that read only Celery's setting and not the URL (Flower's Broker API, which
-    counts the queues); ``{}`` for any other URL."""
-    if not url.lower().startswith("rediss://"):
-        return {}
-    query = {name: values[-1] for name, values in parse_qs(urlsplit(url).query).items()}
+def _use_ssl(query: dict[str, str]) -> dict[str, Any]:
     options: dict[str, Any] = {name: query[name] for name in _SSL_FILES if query.get(name)}
     reqs = query.get("ssl_cert_reqs", "").strip().lower()
     options["ssl_cert_reqs"] = _CERT_REQS.get(reqs, ssl.CERT_REQUIRED)
-    return {"broker_use_ssl": options}
+    return options
+
+
+def broker_use_ssl(url: str) -> dict[str, Any]:
+    """``{"broker_use_ssl": {...}}``: a ``rediss://`` broker URL's own TLS options, for the
+    clients that read only Celery's setting and not the URL (Flower's Broker API, which
+    counts the queues); a TLS ``redis+sentinel://`` URL's, which is how kombu reaches the
+    master over TLS (``tasks.wiring.sentinel``); ``{}`` for any other URL."""
+    if is_sentinel_url(url):
+        address = parse_sentinel_url(url)
+        return {"broker_use_ssl": _use_ssl(address.tls)} if address.uses_tls else {}
+    if not url.lower().startswith("rediss://"):
+        return {}
+    query = {name: values[-1] for name, values in parse_qs(urlsplit(url).query).items()}
+    return {"broker_use_ssl": _use_ssl(query)}
+
+
+def backend_use_ssl(url: str) -> dict[str, Any]:
+    """``{"redis_backend_use_ssl": {...}}`` for a TLS ``redis+sentinel://`` result backend
+    (Celery's Sentinel backend then reaches the master with ``SentinelManagedSSLConnection``);
+    ``{}`` for any other URL (a ``rediss://`` backend's query already says it to Celery)."""
+    if not is_sentinel_url(url):
+        return {}
+    address = parse_sentinel_url(url)
+    return {"redis_backend_use_ssl": _use_ssl(address.tls)} if address.uses_tls else {}
 
 
 def check_seal_channel(client: Any) -> None:

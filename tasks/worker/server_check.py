@@ -36,8 +36,8 @@ def check_store_server(store: CanonicalStore, settings: Settings) -> list[str]:
     warnings = []
     if not facts.persistent:
         problem = (
-            "the store's Redis has no persistence (appendonly no, save ''): a restart forgets "
-            "records, duplicate marks and budgets; set appendonly yes"
+            "the store's Redis has no persistence (appendonly no, and no RDB snapshot since it "
+            "started): a restart forgets records, duplicate marks and budgets; set appendonly yes"
         )
         if settings.require_persistence:
             raise ConfigurationError(problem)

@@ -6,8 +6,10 @@ Under CI a redis-server built without TLS fails the tests; locally they skip wit
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
+import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +22,7 @@ import redis
 
 from bench.rig import servers as rig
 from tests.support.servers import CI, free_port, redis_server_binary, release_port
+from tests.tls.acl_trace import AclTrace
 from tests.tls.certs import Certificates, Pair
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,6 +106,21 @@ class TlsRedisServer(rig.RedisServer):
         self.users = users
         self.client_certs = client_certs
         self.pair = server_pair or certs.server
+        self.trace: AclTrace | None = None
+
+    def start(self) -> TlsRedisServer:
+        super().start()
+        # (``tests.tls.acl_trace``: only when asked, to re-derive the ACL file's lists)
+        trace = os.environ.get("TB_TEST_ACL_TRACE")
+        if trace and self.trace is None:
+            self.trace = AclTrace(self.client, Path(trace), str(self.port))
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.trace is not None and self.running:
+            self.trace.dump()
+            self.trace = None
+        super().stop(sig)
 
     def command(self) -> list[str]:
         acl = self.directory / "users.acl"

@@ -27,7 +27,7 @@ from tasks.cli.main import cli
 from tasks.settings import Settings
 from tasks.web.server import build_app
 from tests.support.celery_tools import registry
-from tests.tls.servers import ROLES, TlsRedisServer
+from tests.tls.servers import ROLES, TlsRedisServer, add_user, role_rules
 from tests.web.server import fetch, serving
 
 #: What managed services refuse or rename, and no role of ours needs.
@@ -42,6 +42,39 @@ MANAGED_REFUSED = (
     ("MONITOR",),
 )
 RUN = RunContext(run_id="run-acl", authorized_tools=frozenset({"lookup"}))
+#: The categories the file granted before each role got its explicit command list.
+CATEGORY_GRANTS = {
+    "write": "-@all +@read +@write +@keyspace +@list +@hash +@set +@sortedset +@string "
+    "+@scripting +@transaction +@pubsub +@connection -@dangerous -@admin",
+    "read": "-@all +@read +@connection +@scripting -@dangerous -@admin",
+}
+#: Commands no path of ours sends that those categories allowed (and the lists refuse), on a
+#: key each role may reach.
+NOT_NEEDED = {
+    "write": (
+        ("RENAME", "tb:a", "tb:b"),
+        ("COPY", "tb:a", "tb:b"),
+        ("SINTERSTORE", "tb:a", "tb:b"),
+        ("EVAL", "return 1", "0"),
+        ("APPEND", "tb:a", "x"),
+        ("UNLINK", "tb:a"),
+        ("LMOVE", "tb:a", "tb:b", "LEFT", "LEFT"),
+        ("ZUNIONSTORE", "tb:a", "1", "tb:b"),
+        ("HSETNX", "tb:a", "f", "v"),
+        ("RANDOMKEY",),
+        ("TYPE", "tb:a"),
+        ("OBJECT", "ENCODING", "tb:a"),
+    ),
+    "read": (
+        ("RANDOMKEY",),
+        ("TYPE", "tb:a"),
+        ("OBJECT", "ENCODING", "tb:a"),
+        ("EVAL_RO", "return 1", "0"),
+        ("SRANDMEMBER", "tb:a"),
+        ("HSCAN", "tb:a", "0"),
+        ("DUMP", "tb:a"),
+    ),
+}
 
 
 class HeldDispatcher:
@@ -95,6 +128,30 @@ def test_no_role_may_flush_list_keys_configure_or_debug(
         # ... and what the user's own connection gets
         with pytest.raises(redis.exceptions.NoPermissionError):
             client.execute_command(*command)  # type: ignore[no-untyped-call]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_each_role_is_refused_commands_its_categories_allowed_and_it_does_not_need(
+    tls_redis: TlsRedisServer, role: str
+) -> None:
+    kind = "read" if role == "operator-read" else "write"
+    admin = tls_redis.client()
+    # (a user with the role's former category grant, on the same keys and channels)
+    patterns = [rule for rule in role_rules(role) if rule.startswith(("~", "%", "&", "reset"))]
+    wide = f"tb-wide-{role}"
+    add_user(tls_redis, wide, "wide-Pw-3f", [*patterns, *CATEGORY_GRANTS[kind].split()])
+    client = tls_redis.role_client(role)
+    try:
+        for command in NOT_NEEDED[kind]:
+            allowed = admin.execute_command("ACL", "DRYRUN", wide, *command)  # type: ignore[no-untyped-call]
+            assert allowed == "OK", (command, allowed)
+            verdict = admin.execute_command("ACL", "DRYRUN", f"tb-{role}", *command)  # type: ignore[no-untyped-call]
+            assert "no permissions" in str(verdict), (command, verdict)
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                client.execute_command(*command)  # type: ignore[no-untyped-call]
+    finally:
+        admin.acl_deluser(wide)
+        admin.acl_log_reset()
 
 
 def test_the_read_only_operator_is_refused_writes_by_redis(tls_redis: TlsRedisServer) -> None:
