@@ -3,8 +3,9 @@ itself, decided when the root conftest is imported, before ``tests.support.setti
 is built.
 
 - ``TB_TEST_SERVER_PORTS``: worker N takes ``21200+100N``-``21299+100N`` (gw0 the default
-  range), so the Redis servers the tests start never race for a port; their cluster bus
-  (port + 10000) stays below the ephemeral ports (32768 and up) up to gw14.
+  range), or the N-th equal slice of the range the user set, so the Redis servers the tests
+  start never race for a port; their cluster bus (port + 10000) stays below the ephemeral
+  ports (32768 and up) up to gw14.
 - Redis: gw0 uses the configured server (``TB_TEST_REDIS_*``, by default 127.0.0.1:6379 with
   DBs 11, 12, 13 and 10). Every other worker starts a ``redis-server`` of its own on the first
   port of its range, with the same DB numbers, stopped when the worker ends (and by the
@@ -16,8 +17,9 @@ is built.
 - RabbitMQ: not here. The tests that use it are in the ``xdist_group`` ``amqp`` (one worker
   runs them all, ``--dist loadgroup``), so no two workers consume the same queues of vhost ``/``.
 
-A variable the user set is left as it is, except that a worker other than gw0 cannot share
-an explicitly named Redis server (its DBs would collide with gw0's): that stops the run.
+A variable the user set is left as it is (the port range is sliced among the workers),
+except that a worker other than gw0 cannot share an explicitly named Redis server (its DBs
+would collide with gw0's): that stops the run.
 Outside xdist, or with ``-n 0``/``-p no:xdist``, nothing changes.
 """
 
@@ -63,6 +65,20 @@ def _start_private_redis() -> None:
     os.environ["TB_TEST_REDIS_PORT"] = str(server.port)
 
 
+def worker_ports(named: str | None, index: int, workers: int) -> str:
+    """Worker ``index``'s ports: its hundred of the default range, or its equal slice of the
+    range the user named (``first-last``), so no two workers ever race for one port."""
+    if named is None:
+        first = FIRST_PORT + PORTS_PER_WORKER * index
+        return f"{first}-{first + PORTS_PER_WORKER - 1}"
+    first, last = (int(part) for part in named.split("-"))
+    size = (last - first + 1) // max(workers, 1)
+    if size < 1:
+        raise RuntimeError(f"TB_TEST_SERVER_PORTS={named} has fewer ports than {workers} workers")
+    start = first + size * index
+    return f"{start}-{start + size - 1}"
+
+
 #: Set once a worker has decided (its subprocesses inherit it, and decide nothing again).
 DECIDED = "TB_TEST_XDIST_DECIDED"
 
@@ -72,9 +88,11 @@ def isolate() -> None:
     if index is None or os.environ.get(DECIDED) == WORKER:
         return
     os.environ[DECIDED] = WORKER
-    if "TB_TEST_SERVER_PORTS" not in os.environ:
-        first = FIRST_PORT + PORTS_PER_WORKER * index
-        os.environ["TB_TEST_SERVER_PORTS"] = f"{first}-{first + PORTS_PER_WORKER - 1}"
+    os.environ["TB_TEST_SERVER_PORTS"] = worker_ports(
+        os.environ.get("TB_TEST_SERVER_PORTS"),
+        index,
+        int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1),
+    )
     if index == 0:
         return
     named = [v for v in ("TB_TEST_REDIS_HOST", "TB_TEST_REDIS_PORT") if v in os.environ]
