@@ -26,8 +26,9 @@ from typing import Any
 
 from boundary import CanonicalKey, StoreError
 from boundary.flow import RELEASE_RENEWED, Flow, Reserved
+from boundary.reprojection import failures_why
 from boundary.store.flow import Admitted, FlowStanding, FlowState, ToolLimits
-from boundary.store.redis_jobs import Job, RedisJobs
+from boundary.store.redis_jobs import Checkpoint, Job, RedisJobs
 from tasks.settings import Settings
 from tasks.wiring.app import REPROJECT_CHUNK, REPROJECTIONS_QUEUE, app
 
@@ -242,6 +243,27 @@ def _held(flow: Flow, key: CanonicalKey, attempt: int, lease_s: float) -> Taken:
     return Taken(Hold(flow, key, attempt, lease_s))
 
 
+def log_failures(jobs: RedisJobs, job_id: str, code: int) -> None:
+    """Once a job, by the process whose checkpoint finished it (``Checkpoint.FINISHED``: a
+    worker's chunk, or a cancel's ``withdraw`` in the CLI or the web view): one WARNING
+    per tool, code and diagnostic (exception type and frame, never the message) of the
+    job's failed projections, with how many records failed so in the whole job."""
+    if code != Checkpoint.FINISHED:
+        return
+    job = jobs.get(job_id)
+    if job is None:
+        return
+    for tool, error_code, why, times in failures_why(job.totals):
+        logger.warning(
+            "job %s: projector of tool %s failed on %d record(s): %s, %s",
+            job_id,
+            tool,
+            times,
+            error_code,
+            why,
+        )
+
+
 def withdraw(flow_ops: Any, jobs: RedisJobs, job_id: str) -> list[int]:
     """A cancelled job's lanes waiting at the cap leave its line (one atomic step where the
     line lives, ``flow/withdraw.lua``), so the next job's lanes are not queued behind them,
@@ -255,7 +277,8 @@ def withdraw(flow_ops: Any, jobs: RedisJobs, job_id: str) -> list[int]:
     for lane in lanes:
         if job is not None and lane in job.cursors and lane not in job.ended:
             cursor = job.cursors[lane]
-            jobs.checkpoint(job_id, lane, before=cursor, after=cursor, totals={}, lines=[])
+            code = jobs.checkpoint(job_id, lane, before=cursor, after=cursor, totals={}, lines=[])
+            log_failures(jobs, job_id, code)
     return lanes
 
 

@@ -28,7 +28,6 @@ from boundary.reprojection import (
     Reprojector,
     Selection,
     dumps_lines,
-    failures_why,
     page_runs,
 )
 from boundary.store.flow import FlowStanding, ToolLimits
@@ -36,7 +35,7 @@ from boundary.store.redis_jobs import Checkpoint, Job, RedisJobs
 from tasks.runtime import get_runtime
 from tasks.settings import Settings
 from tasks.wiring.app import REPROJECT_CHUNK, app
-from tasks.worker.chunk_slots import REPROJECT_SLOTS, lane_key, send_chunk, take
+from tasks.worker.chunk_slots import REPROJECT_SLOTS, lane_key, log_failures, send_chunk, take
 from tasks.worker.process import worker_runtime
 from tasks.worker.step_store import retrying
 
@@ -90,26 +89,6 @@ def pace_s(spec: dict[str, Any], lanes: int, records: int) -> float:
         return 0.0
     limit, period_s = rate
     return float(records) * float(period_s) * lanes / float(limit)
-
-
-def log_failures(jobs: RedisJobs, job_id: str, code: int) -> None:
-    """Once a job, by the checkpoint that finished it (``Checkpoint.FINISHED``): one WARNING
-    per tool, code and diagnostic (exception type and frame, never the message) of the
-    job's failed projections, with how many records failed so in the whole job."""
-    if code != Checkpoint.FINISHED:
-        return
-    job = jobs.get(job_id)
-    if job is None:
-        return
-    for tool, error_code, why, times in failures_why(job.totals):
-        logger.warning(
-            "job %s: projector of tool %s failed on %d record(s): %s, %s",
-            job_id,
-            tool,
-            times,
-            error_code,
-            why,
-        )
 
 
 def _progress(job: Job, lane: int, runs: int, code: int) -> dict[str, Any]:
