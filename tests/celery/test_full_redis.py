@@ -44,12 +44,13 @@ GIVE_UP_S = 60.0
 
 
 def _settle(boundary: ToolBoundary, ids: list[str]) -> list[ToolOutcome]:
-    def ended() -> list[ToolOutcome] | None:
+    def ended() -> tuple[list[ToolOutcome]] | None:
+        # (a tuple: a wave whose calls were all refused settles at once, with no outcome)
         outcomes = [boundary.outcome(RUN.run_id, i, timeout=0.05) for i in ids]
-        return None if any(o.pending for o in outcomes) else outcomes
+        return None if any(o.pending for o in outcomes) else (outcomes,)
 
-    settled: list[ToolOutcome] = wait_until(ended, "every call to end", GIVE_UP_S, every=0.2)
-    return settled
+    settled: tuple[list[ToolOutcome]] = wait_until(ended, "every call to end", GIVE_UP_S, every=0.2)
+    return settled[0]
 
 
 @pytest.mark.slow
