@@ -130,11 +130,12 @@ def outcomes_once_ended(
 ) -> list[ToolOutcome]:
     """The calls' outcomes once none is pending (the test fails at ``give_up``)."""
 
-    def ended() -> list[ToolOutcome] | None:
+    def ended() -> tuple[list[ToolOutcome]] | None:
+        # (a tuple: no calls at all have ended at once, though an empty list reads as not yet)
         outcomes = [boundary.outcome(k.run_id, k.tool_call_id, timeout=0.05) for k in calls]
-        return None if any(o.pending for o in outcomes) else outcomes
+        return None if any(o.pending for o in outcomes) else (outcomes,)
 
-    found: list[ToolOutcome] = wait_until(
+    found: tuple[list[ToolOutcome]] = wait_until(
         ended, "every call to end", give_up - time.monotonic(), every=0.5
     )
-    return found
+    return found[0]
