@@ -10,11 +10,13 @@ import socketserver
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
 from bench.rig.proxy import DelayProxy, ProxyThread, Resp, proxy_process
+from tests.bench.runner import SERVER, positive, run_bench
 from tests.conftest import REDIS_HOST, REDIS_PORT, require_service
 from tests.support.helpers import wait_until
 
@@ -158,3 +160,33 @@ def test_the_proxy_process_forwards_to_redis_and_stops() -> None:
     ):
         assert client.ping()
     assert proc.poll() is not None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_bench_measures_b2_through_the_delay_proxy(tmp_path: Path) -> None:
+    require_service("Redis", REDIS_HOST, REDIS_PORT)
+
+    got = run_bench(
+        "--quick",
+        "--json",
+        "--only",
+        "b2",
+        "--delay-ms",
+        "0.25",
+        "--redis-url",
+        SERVER,
+        "--out",
+        str(tmp_path),
+        timeout=240,
+    )
+
+    # The run says what it ran through: the delay asked, PINGs direct and through the proxy
+    # (a round trip through it cannot be shorter than twice the delay), the proxy's CPU.
+    proxy = got["meta"]["delay_proxy"]
+    assert proxy["delay_ms"] == 0.25
+    assert proxy["proxied_ping_p50_ms"] >= 0.5
+    assert positive(proxy["direct_ping_p50_ms"]) and positive(proxy["proxy_cpu_s"])
+    # And the sides' calls went through it: B2's PINGs are the store client's.
+    assert got["results"]["b2"]["threads c=8"]["ping_p50_ms"] >= 0.5
+    assert positive(got["figures"]["b2_call_over_bare_call_p50"])
