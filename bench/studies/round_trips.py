@@ -307,30 +307,49 @@ TITLES = {
 }
 
 
-def _cell(counted: dict[str, Any], critical_trips: float | None) -> str:
-    round_trips, wakeups, after = counted["round_trips"], counted["wakeups"], counted["after"]
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def _cell(counted: list[dict[str, Any]], waited: list[float]) -> str:
+    """``**waited** / round trips +wake-ups (after)``: medians over the runs, the waited
+    trips' spread (min-max) when there are several runs."""
+    round_trips = _median([leg["round_trips"] for leg in counted])
+    wakeups = _median([leg["wakeups"] for leg in counted])
+    after = _median([leg["after"] for leg in counted])
     text = f"{round_trips:.1f}"
     if wakeups >= 0.05:
         text += f" +{wakeups:.1f}w"
     if after >= 0.05:
         text += f" ({after:.1f})"
-    if critical_trips is not None:
-        text = f"**{critical_trips:.1f}** / {text}"
+    if waited:
+        low, high = min(waited), max(waited)
+        spread = f" ({low:.1f} to {high:.1f})" if len(waited) > 1 else ""
+        text = f"**{_median(waited):.1f}**{spread} / {text}"
     return text
 
 
-def table(document: dict[str, Any]) -> str:
-    """The Markdown table of the study's first pool."""
-    got = document["pools"][0]
+def table(documents: list[dict[str, Any]]) -> str:
+    """The Markdown table of the runs' first pool: medians over the runs."""
+    pools = [document["pools"][0] for document in documents]
     lines = [
-        "| side | " + " | ".join(LEGS) + " | one-way trips waited for, all legs |",
+        "| side | " + " | ".join(LEGS) + " | waited for, all legs delayed |",
         "|---" * (len(LEGS) + 2) + "|",
     ]
     for name in SIDE_NAMES:
-        side = got["sides"][name]
-        trips = side.get("critical", {}).get("trips", {})
-        cells = [_cell(side["counted"]["legs"][leg], trips.get(leg)) for leg in LEGS]
-        total = f"{trips['all']:.1f}" if "all" in trips else "-"
+        sides = [pool["sides"][name] for pool in pools]
+        trips = [side["critical"]["trips"] for side in sides if "critical" in side]
+        cells = [
+            _cell(
+                [side["counted"]["legs"][leg] for side in sides],
+                [trip[leg] for trip in trips],
+            )
+            for leg in LEGS
+        ]
+        every = [trip["all"] for trip in trips]
+        total = "-"
+        if every:
+            total = f"**{_median(every):.1f}** ({min(every):.1f} to {max(every):.1f})"
         lines.append(f"| {TITLES[name]} | " + " | ".join(cells) + f" | {total} |")
     return "\n".join(lines)
 
@@ -354,7 +373,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "round_trips")
     parser.add_argument("--lock-wait", type=float, default=900.0)
     parser.add_argument("--markdown", action="store_true", help="print the table, not JSON")
+    parser.add_argument(
+        "--table",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="measure nothing: print the table of these runs' JSON (medians over them)",
+    )
     args = parser.parse_args(argv)
+    if args.table:
+        print(table([json.loads(path.read_text()) for path in args.table]))
+        return 0
     given = sys.argv[1:] if argv is None else argv
     document: dict[str, Any] = {
         "command": " ".join(["python -m bench.studies.round_trips", *given])
@@ -378,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             flush_own_dbs(args.redis_url)
     document["load_after"] = load()
     if args.markdown:
-        print(table(document))
+        print(table([document]))
     else:
         print(json.dumps(document, indent=2, default=str))
     return 0

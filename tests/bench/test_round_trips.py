@@ -86,7 +86,7 @@ def test_round_trips_of_one_call_per_leg_ours_against_the_peers(tmp_path: Path) 
     assert round(legs["onehop"]["worker.broker"]["wakeups"]) == 1
 
     # The table renders every side.
-    rendered = table(document)
+    rendered = table([document])
     assert rendered.count("\n") == len(SIDE_NAMES) + 1
 
     for db in (STORE_DB, BROKER_DB):
