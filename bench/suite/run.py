@@ -18,6 +18,7 @@ import redis
 
 from bench.reports.report import figures, print_table, write_outputs
 from bench.reports.stats import quoted
+from bench.rig.proxy import Distance
 from bench.rig.workers import Pool, WorkerProcess, running
 from bench.suite import (
     b1_throughput,
@@ -109,6 +110,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="B7: in-flight counts of the stall measurement, e.g. 60,200,1000",
     )
     parser.add_argument(
+        "--delay-ms",
+        type=float,
+        help="put a proxy process (bench.rig.proxy) between every client and worker of B1-B8 "
+        "and Redis, adding this delay each way (0: the proxy alone)",
+    )
+    parser.add_argument(
         "--lock-wait",
         type=float,
         default=DEFAULT_LOCK_WAIT_S,
@@ -150,7 +157,9 @@ class Bench:
         self.args = args
         self.sizes = sizes
         self.phases = set(args.only.split(","))
-        self.settings = bench_settings(args.redis_url, project_in_line=args.project_in_line)
+        #: ``--delay-ms``: the sides and their workers reach Redis through the delay proxy.
+        via = getattr(args, "proxy_url", None) or args.redis_url
+        self.settings = bench_settings(via, project_in_line=args.project_in_line)
         store = make_store(
             self.settings, connection_class=counting_connection(self.settings.store_url)
         )
@@ -410,7 +419,14 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python -m bench", *(sys.argv[1:] if argv is None else argv)])
     try:
         with exclusive(args.redis_url, args.lock_wait, lambda: log("waiting for another run")):
-            document = measure(args, sizes, command)
+            if args.delay_ms is None:
+                document = measure(args, sizes, command)
+            else:
+                with Distance(args.redis_url, args.delay_ms, args.out / "proxy.log") as distance:
+                    args.proxy_url = distance.url
+                    log(f"through the delay proxy, {args.delay_ms:g} ms each way: {distance.pings}")
+                    document = measure(args, sizes, command)
+                    document["meta"]["delay_proxy"] = distance.summary()
     except Busy as busy:
         print(f"bench: another benchmark run holds the lock {busy}", file=sys.stderr)
         return EXIT_BUSY
