@@ -62,13 +62,7 @@ def failures_why(totals: Mapping[str, int]) -> list[tuple[str, str, str, int]]:
     """A job's failures by ``(tool, code, summary)`` with their count, sorted: what its one
     WARNING per tool, code and frame says."""
     out = []
-    for name, value in totals.items():
-        if not name.startswith(_TOOL) or not value:
-            continue
-        try:
-            tool, kind = json.loads(name[len(_TOOL) :])
-        except (ValueError, TypeError):
-            continue
+    for tool, kind, value in _tool_totals(totals):
         if isinstance(kind, str) and kind.startswith(_WHY):
             code, _, why = kind[len(_WHY) :].partition(":")
             out.append((str(tool), code, why, int(value)))
@@ -171,8 +165,8 @@ def version_text(sealed: Iterable[str], ran: Iterable[str]) -> str:
     return f"{read} -> {run}"
 
 
-def _by_tool(totals: Mapping[str, int]) -> dict[str, dict[str, Any]]:
-    tools: dict[str, dict[str, Any]] = {}
+def _tool_totals(totals: Mapping[str, int]) -> Iterable[tuple[Any, Any, int]]:
+    """``(tool, kind, count)`` of each non-zero per-tool total (``tool_total``), by name."""
     for name, value in sorted(totals.items()):
         if not name.startswith(_TOOL) or not value:
             continue
@@ -180,6 +174,12 @@ def _by_tool(totals: Mapping[str, int]) -> dict[str, dict[str, Any]]:
             tool, kind = json.loads(name[len(_TOOL) :])
         except (ValueError, TypeError):
             continue
+        yield tool, kind, value
+
+
+def _by_tool(totals: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    tools: dict[str, dict[str, Any]] = {}
+    for tool, named, value in _tool_totals(totals):
         row = tools.setdefault(
             str(tool),
             {
@@ -192,7 +192,7 @@ def _by_tool(totals: Mapping[str, int]) -> dict[str, dict[str, Any]]:
                 "versions": {"sealed": [], "ran": []},
             },
         )
-        kind = str(kind)
+        kind = str(named)
         head, _, rest = kind.partition(":")
         if head == "flip":
             row["evidence_flips"][rest] = int(value)
