@@ -78,6 +78,10 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             if "bare_one_ratio" in b1:
                 out[f"b1_{kind}_bare_one_ratio"] = b1["bare_one_ratio"]["median"]
                 out[f"b1_{kind}_bare_one_per_s"] = _median(b1["bare_one_per_s"])
+            if "bare_spaced_ratio" in b1:
+                # Like for like: the fair peer with our worker's event spacing.
+                out[f"b1_{kind}_bare_spaced_ratio"] = b1["bare_spaced_ratio"]["median"]
+                out[f"b1_{kind}_bare_spaced_per_s"] = _median(b1["bare_spaced_per_s"])
             if "system_cpu_ratio" in b1:
                 out[f"b1_{kind}_system_cpu_ratio"] = b1["system_cpu_ratio"]["median"]
             if "inline_ratio" in b1:
@@ -90,6 +94,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             "call_over_bare_call_p50",
             "submit_over_apply_async_p50",
             "call_over_bare_one_call_p50",
+            "call_over_bare_spaced_call_p50",
         ):
             # The median of the blocks' ratios, where the run has them.
             if f"{name}_pairs" in b2:

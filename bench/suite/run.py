@@ -47,7 +47,16 @@ from bench.suite.counting import counting_connection
 from bench.suite.fixtures import ensure_scripts
 from bench.suite.lock import Busy, exclusive
 from bench.suite.meta import load, machine
-from bench.suite.sides import Bare, BareOne, Defaults, Inline, Ours, Side, make_store
+from bench.suite.sides import (
+    Bare,
+    BareOne,
+    BareSpaced,
+    Defaults,
+    Inline,
+    Ours,
+    Side,
+    make_store,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: b9 (live calls during a re-projection job) starts a fleet of its own and flushes the DBs:
@@ -90,6 +99,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="B1 also measures ours with tools and projectors run on the task's thread (no "
         "time limit; bench.peers.inline): what the time limits' thread hand-offs cost",
+    )
+    parser.add_argument(
+        "--peer-events",
+        choices=("both", "stock"),
+        default="both",
+        help="both: B1/B2 also measure the fair peer with our worker's event spacing "
+        "(bench.peers.bare_spaced: like for like, the boundary's own cost) beside the stock "
+        "peer (the shipping default against stock Celery); stock: the stock peer only",
     )
     dbos_compare.add_arguments(parser)
     add_projection_argument(parser)
@@ -160,6 +177,9 @@ class Bench:
         #: The fair peer first: B1's ``ratio`` and B2's ratios are against it. The one-task
         #: peer is the fair peer of a call projected in line (``bare_one_ratio``).
         self.peers: list[Side] = [self.bare, self.defaults, BareOne(self.settings)]
+        if args.peer_events == "both":
+            # Like for like: the fair peer's chain with our worker's event spacing.
+            self.peers.append(BareSpaced(self.settings))
         #: A client of the Redis server, whose CPU B1 measures (INFO cpu).
         self.server = redis.Redis.from_url(args.redis_url)
         #: B1 only: the ablation, measured as one more peer (``inline_ratio``).
@@ -262,6 +282,8 @@ class Bench:
             server=self.server,
         )
         self.results["b1"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
+        if "bare_spaced_ratio" in got:
+            log(f"{pool.label}: B1 like for like {quoted(got['bare_spaced_ratio'])}")
         log(
             f"{pool.label}: B1 ratio {quoted(got['ratio'])} (fair peer), "
             f"{got['defaults_ratio']['median']:.2f} (Celery defaults), "
