@@ -195,14 +195,16 @@ class Bench:
     def run(self) -> dict[str, Any]:
         began = time.monotonic()
         ensure_scripts(self.ours.store)
-        if self.phases & {"b1", "b2", "b3", "b5", "b7", "b8", "dbos"}:
-            # B3, B5 and B7 run on the first pool only: the others are started for B1/B2.
+        if self.phases & {"b1", "b2", "b3", "b7", "b8", "dbos"}:
+            # B3, B7 and B8 run on the first pool only: the others are started for B1/B2.
             pools = self.sizes.pools
             if not self.phases & {"b1", "b2", "dbos"}:
                 pools = pools[:1]
             with self.dbos or nullcontext():
                 for index, pool in enumerate(pools):
                     self.on_pool(pool, first=index == 0)
+        if "b5" in self.phases:
+            self.b5()
         if "b4" in self.phases:
             log("B4: observe on a 100-call run")
             self.results["b4"] = b4_observe.observe(self.ours, self.sizes.b4_samples)
@@ -252,8 +254,6 @@ class Bench:
                 self.b2(pool, first=first)
             if first and "b3" in self.phases:
                 self.b3()
-            if first and "b5" in self.phases:
-                self.b5(pool)
             if first and "b7" in self.phases:
                 self.b7(pool)
             if first and "b8" in self.phases:
@@ -320,13 +320,25 @@ class Bench:
         log(f"B3: commands of {calls} calls a side")
         self.results["b3"] = b3_commands.commands(self.args.redis_url, self.ours, self.bare, calls)
 
-    def b5(self, pool: Pool) -> None:
+    def b5(self) -> None:
+        """On workers of its own (``b5_reprocess.WORKERS``), none of the pools' up."""
         runs, per_run = self.sizes.b5_runs, self.sizes.b5_calls_per_run
-        log(f"B5: writing {runs} runs of {per_run} calls")
-        ids, write_s = b5_reprocess.write_runs(self.ours.store, runs, per_run)
-        log(f"B5: reprocessing them on {pool.label}")
-        got = b5_reprocess.reprocess(self.ours.app, ids, per_run, write_s)
-        self.results["b5"] = {"pool": pool.label, **got.as_dict()}
+        workers = f"{b5_reprocess.WORKERS} x {b5_reprocess.POOL.label}"
+        log(f"B5: {runs:,} runs of {per_run} calls, reprocessed on {workers} (projections)")
+        got = b5_reprocess.measure(
+            self.ours.app,
+            self.ours.store,
+            self.settings,
+            runs,
+            per_run,
+            self.sizes.b5_passes,
+            self.args.out / "logs",
+        )
+        self.results["b5"] = got.as_dict()
+        log(
+            f"B5: {got.runs_per_s:,.0f} runs/s of facts from sealed projections, median of "
+            f"{len(got.passes_s)} passes, {workers} ({got.failed} failed lines)"
+        )
         # No later phase needs these records; B4 and B6 measure a store without them.
         self.ours.store.client.flushdb()
         ensure_scripts(self.ours.store)
