@@ -84,16 +84,6 @@ def persistence(client: redis.Redis) -> dict[str, str] | None:
     return found
 
 
-def persistence_label(found: dict[str, str] | None) -> str:
-    """``AOF everysec``, ``AOF always``, ``RDB snapshots`` or ``none``; ``not recorded``
-    for a run that did not read it."""
-    if not found:
-        return "not recorded"
-    if found.get("appendonly") == "yes":
-        return f"AOF {found.get('appendfsync', '?')}"
-    return "RDB snapshots" if found.get("save") else "none"
-
-
 def machine(redis_url: str, command: str, *, quick: bool, sizes: Sizes) -> dict[str, Any]:
     with redis.Redis.from_url(redis_url, socket_connect_timeout=2) as client:
         server: dict[str, Any] = client.info("server")

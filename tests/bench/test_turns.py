@@ -1,6 +1,7 @@
 """``python -m bench --quick --only b8`` runs B8 (a model turn's calls in one round trip
 against the same calls one by one; a turn of calls of a 50 ms tool against one such call) to
-its end on real workers and reports its figures with sane types. Its values are not checked against the targets (the machines are too noisy)."""
+its end on real workers and reports its figures with sane types. Its values are not checked
+against the targets (the machines are too noisy)."""
 
 from __future__ import annotations
 
