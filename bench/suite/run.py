@@ -111,6 +111,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(bench.peers.bare_spaced: like for like, the boundary's own cost) beside the stock "
         "peer (the shipping default against stock Celery); stock: the stock peer only",
     )
+    parser.add_argument(
+        "--fair-peers-only",
+        action="store_true",
+        help="B1/B2 against the fair peer (stock, and with our event spacing) only: no "
+        "Celery-defaults peer, no one-task peer (a shorter run of the chain's figures)",
+    )
     dbos_compare.add_arguments(parser)
     add_projection_argument(parser)
     parser.add_argument("--pools", type=parse_pools, help="B1/B2 pools, e.g. threads:8,prefork:2")
@@ -186,7 +192,9 @@ class Bench:
         self.defaults = Defaults(self.settings)
         #: The fair peer first: B1's ``ratio`` and B2's ratios are against it. The one-task
         #: peer is the fair peer of a call projected in line (``bare_one_ratio``).
-        self.peers: list[Side] = [self.bare, self.defaults, BareOne(self.settings)]
+        self.peers: list[Side] = [self.bare]
+        if not args.fair_peers_only:
+            self.peers += [self.defaults, BareOne(self.settings)]
         if args.peer_events == "both":
             # Like for like: the fair peer's chain with our worker's event spacing.
             self.peers.append(BareSpaced(self.settings))
@@ -294,10 +302,13 @@ class Bench:
         self.results["b1"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
         if "bare_spaced_ratio" in got:
             log(f"{pool.label}: B1 like for like {quoted(got['bare_spaced_ratio'])}")
+        others = "".join(
+            f", {got[f'{name}_ratio']['median']:.2f} ({label})"
+            for name, label in (("defaults", "Celery defaults"), ("bare_one", "one-task peer"))
+            if f"{name}_ratio" in got
+        )
         log(
-            f"{pool.label}: B1 ratio {quoted(got['ratio'])} (fair peer), "
-            f"{got['defaults_ratio']['median']:.2f} (Celery defaults), "
-            f"{got['bare_one_ratio']['median']:.2f} (one-task peer); others kept "
+            f"{pool.label}: B1 ratio {quoted(got['ratio'])} (fair peer){others}; others kept "
             f"{got['others_busy']['median']:.0%} of the cores busy"
         )
 
