@@ -94,6 +94,10 @@ ROWS: tuple[tuple[str, str, str, Extract, str, float | None], ...] = (
      figure("dbos_ratio"), ">=", 1.5),
     ("DBOS: call p50, ours / DBOS at 10 ms polling", "dbos14", "run",
      figure("dbos_call_p50_ratio"), "<=", 0.25),
+    ("DBOS: calls/s, ours / DBOS at 10 ms polling", "dbos-aof-always", "run",
+     figure("dbos_ratio"), ">=", 1.5),
+    ("DBOS: call p50, ours / DBOS at 10 ms polling", "dbos-aof-always", "run",
+     figure("dbos_call_p50_ratio"), "<=", 0.25),
     ("B5 runs/s of facts from sealed projections, 10,000 runs of 10 calls, 2 workers x "
      "threads c=4", "b5-53", "run", figure("b5_runs_per_s"), ">=", 5000),
     ("B6 bytes a record, 1,000,000 records", "b6-after", "default",
