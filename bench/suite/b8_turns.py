@@ -98,22 +98,37 @@ def submit_times(ours: Ours, size: int, samples: int) -> dict[str, Any]:
     }
 
 
-def turn_latency(ours: Ours, size: int, samples: int) -> dict[str, Any]:
+def turn_latency(
+    ours: Ours, size: int, samples: int, worker_pgid: int | None = None
+) -> dict[str, Any]:
     """p50 of a turn of ``size`` calls of the 50 ms tool (``invoke_many``, until every
-    outcome is in) and of one such call (``invoke``), alternating."""
-    turn_ms: list[float] = []
-    one_ms: list[float] = []
+    outcome is in) and of one such call (``invoke``), alternating; with the CPU each took
+    the worker (process group ``worker_pgid``) and this client, means in ms (``/proc`` counts
+    CPU in ticks of 10 ms: a mean over the samples, not a median): what a turn adds to one
+    call's time when the calls share the worker's cores."""
+    took: dict[str, list[float]] = {"turn": [], "one": []}
+    worker: dict[str, list[float]] = {"turn": [], "one": []}
+    client: dict[str, list[float]] = {"turn": [], "one": []}
     for n in range(samples):
         for which in ("turn", "one") if n % 2 == 0 else ("one", "turn"):
             envelopes, run = _turn(ours, size if which == "turn" else 1, SLEEP)
+            worker_before = None if worker_pgid is None else group_cpu_s(worker_pgid)
+            client_before = own_cpu_s()
             began = time.perf_counter()
             if which == "turn":
                 _check(ours.boundary.invoke_many(envelopes, run, timeout=CALL_TIMEOUT_S))
-                turn_ms.append((time.perf_counter() - began) * 1000)
             else:
                 _check([ours.boundary.invoke(envelopes[0], run, timeout=CALL_TIMEOUT_S)])
-                one_ms.append((time.perf_counter() - began) * 1000)
-    turn_p50, one_p50 = statistics.median(turn_ms), statistics.median(one_ms)
+            took[which].append((time.perf_counter() - began) * 1000)
+            client[which].append((own_cpu_s() - client_before) * 1000)
+            worker_after = None if worker_pgid is None else group_cpu_s(worker_pgid)
+            if worker_before is not None and worker_after is not None:
+                worker[which].append((worker_after - worker_before) * 1000)
+    turn_p50, one_p50 = statistics.median(took["turn"]), statistics.median(took["one"])
+
+    def mean_or_none(values: list[float]) -> float | None:
+        return statistics.fmean(values) if values else None
+
     return {
         "size": size,
         "samples": samples,
@@ -123,6 +138,8 @@ def turn_latency(ours: Ours, size: int, samples: int) -> dict[str, Any]:
         "ratio": turn_p50 / one_p50,
         "target": LATENCY_TARGET,
         "met": turn_p50 / one_p50 <= LATENCY_TARGET,
+        "worker_cpu_ms": {k: mean_or_none(v) for k, v in worker.items()},
+        "client_cpu_ms": {k: mean_or_none(v) for k, v in client.items()},
     }
 
 
@@ -249,7 +266,7 @@ def measure(
     per call of the worker in process group ``worker_pgid`` and of ``server`` when given)."""
     return {
         "submit": submit_times(ours, size, samples),
-        "latency": turn_latency(ours, size, samples),
+        "latency": turn_latency(ours, size, samples, worker_pgid),
         "throughput": throughput(
             ours, size, agents, turns, repetitions, _Where(worker_pgid, server)
         ),

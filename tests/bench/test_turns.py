@@ -35,5 +35,7 @@ def test_b8_reports_turn_submit_latency_and_throughput_figures(tmp_path: Path) -
     assert latency["size"] == 8
     assert latency["turn_p50_ms"] >= 50 and latency["one_p50_ms"] >= 50
     assert latency["ratio"] == latency["turn_p50_ms"] / latency["one_p50_ms"]
+    # And the CPU a turn and a call took the worker is there to say what a turn adds
+    assert latency["worker_cpu_ms"]["turn"] is not None
     # And the Redis CPU a call, in turns over one by one, is measured
     assert rate["redis_cpu_ratio"] > 0
