@@ -22,6 +22,9 @@ from tasks.wiring.app import celery_config
 TOOLS_QUEUE = "bare_tools"
 PROJECTIONS_QUEUE = "bare_projections"
 QUEUES = (TOOLS_QUEUE, PROJECTIONS_QUEUE)
+#: The same roles for the peer with our event spacing (``bench.peers.bare_spaced``), whose
+#: worker runs beside the stock one on the same broker.
+SPACED_QUEUES = ("bare_spaced_tools", "bare_spaced_projections")
 
 EXECUTE = "bench_bare.execute"
 PROJECT = "bench_bare.project"
@@ -54,8 +57,9 @@ def queue_config(
 def bare_config(settings: Settings) -> dict[str, Any]:
     """Our Celery configuration with the bare queues and routes."""
     config = celery_config(settings) | queue_config()
-    config["task_queues"] += (
-        Queue(ONE_QUEUE, Exchange(ONE_QUEUE, type="direct"), routing_key=ONE_QUEUE),
+    config["task_queues"] += tuple(
+        Queue(name, Exchange(name, type="direct"), routing_key=name)
+        for name in (ONE_QUEUE, *SPACED_QUEUES)
     )
     config["task_routes"][EXECUTE_ONE] = {"queue": ONE_QUEUE, "routing_key": ONE_QUEUE}
     config.pop("beat_schedule", None)

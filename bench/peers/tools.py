@@ -5,6 +5,7 @@ Workers load it with ``TOOL_BOUNDARY_TOOLS=bench.peers.tools:registry``.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from boundary import EvidenceStatus, Projection, ToolRegistry, ToolSpec
@@ -13,9 +14,17 @@ from boundary import EvidenceStatus, Projection, ToolRegistry, ToolSpec
 NOOP = "noop"
 #: What the no-op tool answers (its raw response).
 RAW: dict[str, Any] = {"ok": True}
+#: A tool that sleeps ``SLEEP_S`` then answers as the no-op does: a turn's latency (B8).
+SLEEP = "sleep50"
+SLEEP_S = 0.05
 
 
 def noop(arguments: dict[str, Any]) -> dict[str, Any]:
+    return RAW
+
+
+def sleep50(arguments: dict[str, Any]) -> dict[str, Any]:
+    time.sleep(SLEEP_S)
     return RAW
 
 
@@ -27,5 +36,10 @@ class NoopProjector:
 
 
 registry = ToolRegistry(
-    [ToolSpec(name=NOOP, executor=noop, projector=NoopProjector(), read_only=True, timeout_s=30)]
+    [
+        ToolSpec(name=NOOP, executor=noop, projector=NoopProjector(), read_only=True, timeout_s=30),
+        ToolSpec(
+            name=SLEEP, executor=sleep50, projector=NoopProjector(), read_only=True, timeout_s=30
+        ),
+    ]
 )

@@ -20,11 +20,11 @@ import json
 import statistics
 import sys
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.rig.workers import Pool, WorkerProcess, running
+from bench.rig.workers import Pool
+from bench.suite import b5_reprocess
 from bench.suite.config import bench_settings
 from bench.suite.fixtures import EXAMPLE_TOOLS, ensure_scripts, write_rag_runs
 from boundary import RedisCanonicalStore
@@ -36,32 +36,15 @@ from tasks.wiring.app import PROJECTIONS_QUEUE, REPROJECTIONS_QUEUE, configure
 
 
 def workers(settings: Settings, queue: str, pool: Pool, processes: int, log_dir: Path) -> Any:
-    app = configure(settings)
-    starts = [
-        partial(
-            WorkerProcess,
-            module="tasks",
-            name=f"b8-{queue}-{n}",
-            app=app,
-            settings=settings,
-            pool=pool,
-            queues=(queue,),
-            log_dir=log_dir,
-        )
-        for n in range(processes)
-    ]
-    return running(*starts)
+    return b5_reprocess.workers(
+        configure(settings), settings, queue, pool, processes, log_dir, name="b8"
+    )
 
 
 def sealed_facts(run_ids: list[str]) -> dict[str, Any]:
-    from tasks.wiring.reproject import reproject
-
-    began = time.perf_counter()
-    lines = failed = 0
-    for line in reproject(run_ids):
-        lines += 1
-        failed += "error" in line
-    elapsed = time.perf_counter() - began
+    """One pass of facts from sealed projections (B5's pass, on the process's app)."""
+    elapsed, _, failed = b5_reprocess.one_pass(None, run_ids)
+    lines = len(run_ids)
     return {"runs": lines, "failed": failed, "seconds": elapsed, "runs_per_s": lines / elapsed}
 
 

@@ -47,6 +47,7 @@ _NAMES = {
     "bare": ("apply_async", "bare_call"),
     "defaults": ("defaults_apply_async", "defaults_call"),
     "bare_one": ("bare_one_apply_async", "bare_one_call"),
+    "bare_spaced": ("bare_spaced_apply_async", "bare_spaced_call"),
 }
 
 
@@ -55,6 +56,8 @@ BLOCK_RATIOS = (
     ("submit_over_apply_async_p50", "submit", "apply_async"),
     ("call_over_bare_call_p50", "call", "bare_call"),
     ("call_over_bare_one_call_p50", "call", "bare_one_call"),
+    # Like for like: the same chain with our worker's event spacing.
+    ("call_over_bare_spaced_call_p50", "call", "bare_spaced_call"),
 )
 
 
@@ -102,8 +105,9 @@ def latencies(ours: Ours, peers: list[Side], samples: int, blocks: int = 1) -> d
             out[f"submit_over_defaults_apply_async_{q}"] = (
                 submit / out[f"defaults_apply_async_{q}_ms"]
             )
-        if "bare_one_call" in times:
-            out[f"call_over_bare_one_call_{q}"] = out[f"call_{q}_ms"] / out[f"bare_one_call_{q}_ms"]
+        for peer in ("bare_one", "bare_spaced"):
+            if f"{peer}_call" in times:
+                out[f"call_over_{peer}_call_{q}"] = out[f"call_{q}_ms"] / out[f"{peer}_call_{q}_ms"]
     for name, mine, theirs in BLOCK_RATIOS:
         if theirs not in times:
             continue

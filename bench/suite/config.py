@@ -79,6 +79,8 @@ class Sizes:
     #: B5: runs of ``b5_calls_per_run`` calls reprocessed.
     b5_runs: int
     b5_calls_per_run: int = 10
+    #: B5: passes over the same runs (the figure is the median pass's).
+    b5_passes: int = 3
     #: B6: raw response sizes, bytes.
     b6_raw_sizes: tuple[int, ...] = (16, 256, 4096, 65536)
     #: B6 at scale: sealed records in the store when memory, reaper and runs are measured.
@@ -126,6 +128,7 @@ QUICK = replace(
     b3_calls=20,
     b4_samples=5,
     b5_runs=100,
+    b5_passes=1,
     b6_raw_sizes=(16, 4096),
     b6_records=2_000,
     b7_calls=40,

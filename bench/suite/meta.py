@@ -65,9 +65,29 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def persistence(client: redis.Redis) -> dict[str, str] | None:
+    """What the server keeps across a crash: ``appendonly``, ``appendfsync`` and ``save`` as
+    ``CONFIG GET`` reads them (``None`` where ``CONFIG`` is refused)."""
+    found: dict[str, str] = {}
+    try:
+        for name in ("appendonly", "appendfsync", "save"):
+            found.update(
+                {
+                    (k.decode() if isinstance(k, bytes) else k): (
+                        v.decode() if isinstance(v, bytes) else v
+                    )
+                    for k, v in client.config_get(name).items()
+                }
+            )
+    except redis.RedisError:
+        return None
+    return found
+
+
 def machine(redis_url: str, command: str, *, quick: bool, sizes: Sizes) -> dict[str, Any]:
     with redis.Redis.from_url(redis_url, socket_connect_timeout=2) as client:
         server: dict[str, Any] = client.info("server")
+        kept = persistence(client)
     return {
         "command": command,
         "quick": quick,
@@ -83,6 +103,8 @@ def machine(redis_url: str, command: str, *, quick: bool, sizes: Sizes) -> dict[
         "redis_py": version("redis"),
         "hiredis": version("hiredis") if _installed("hiredis") else None,
         "redis_server": server.get("redis_version"),
+        # Store, broker and backend are DBs of this one server: every side ran with it.
+        "persistence": kept,
         "load_before": load(),
         "sizes": asdict(sizes),
     }

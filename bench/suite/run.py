@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
+import socket
 import sys
 import time
 from contextlib import nullcontext
@@ -19,6 +21,7 @@ import redis
 from bench.reports.report import figures, print_table, write_outputs
 from bench.reports.stats import quoted
 from bench.rig.proxy import Distance
+from bench.rig.servers import RedisServer
 from bench.rig.workers import Pool, WorkerProcess, running
 from bench.suite import (
     b1_throughput,
@@ -48,7 +51,16 @@ from bench.suite.counting import counting_connection
 from bench.suite.fixtures import ensure_scripts
 from bench.suite.lock import Busy, exclusive
 from bench.suite.meta import load, machine
-from bench.suite.sides import Bare, BareOne, Defaults, Inline, Ours, Side, make_store
+from bench.suite.sides import (
+    Bare,
+    BareOne,
+    BareSpaced,
+    Defaults,
+    Inline,
+    Ours,
+    Side,
+    make_store,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: b9 (live calls during a re-projection job) starts a fleet of its own and flushes the DBs:
@@ -92,6 +104,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="B1 also measures ours with tools and projectors run on the task's thread (no "
         "time limit; bench.peers.inline): what the time limits' thread hand-offs cost",
     )
+    parser.add_argument(
+        "--peer-events",
+        choices=("both", "stock"),
+        default="both",
+        help="both: B1/B2 also measure the fair peer with our worker's event spacing "
+        "(bench.peers.bare_spaced: like for like, the boundary's own cost) beside the stock "
+        "peer (the shipping default against stock Celery); stock: the stock peer only",
+    )
+    parser.add_argument(
+        "--fair-peers-only",
+        action="store_true",
+        help="B1/B2 against the fair peer (stock, and with our event spacing) only: no "
+        "Celery-defaults peer, no one-task peer (a shorter run of the chain's figures)",
+    )
     dbos_compare.add_arguments(parser)
     add_projection_argument(parser)
     parser.add_argument("--pools", type=parse_pools, help="B1/B2 pools, e.g. threads:8,prefork:2")
@@ -114,6 +140,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         help="put a proxy process (bench.rig.proxy) between every client and worker of B1-B8 "
         "and Redis, adding this delay each way (0: the proxy alone)",
+    )
+    parser.add_argument(
+        "--redis-aof",
+        choices=("everysec", "always"),
+        help="start a private redis-server with an append-only file fsynced that often "
+        "(data under --out) and run on it instead of --redis-url: store, broker and backend, "
+        "every side alike",
     )
     parser.add_argument(
         "--lock-wait",
@@ -168,7 +201,12 @@ class Bench:
         self.defaults = Defaults(self.settings)
         #: The fair peer first: B1's ``ratio`` and B2's ratios are against it. The one-task
         #: peer is the fair peer of a call projected in line (``bare_one_ratio``).
-        self.peers: list[Side] = [self.bare, self.defaults, BareOne(self.settings)]
+        self.peers: list[Side] = [self.bare]
+        if not args.fair_peers_only:
+            self.peers += [self.defaults, BareOne(self.settings)]
+        if args.peer_events == "both":
+            # Like for like: the fair peer's chain with our worker's event spacing.
+            self.peers.append(BareSpaced(self.settings))
         #: A client of the Redis server, whose CPU B1 measures (INFO cpu).
         self.server = redis.Redis.from_url(args.redis_url)
         #: B1 only: the ablation, measured as one more peer (``inline_ratio``).
@@ -184,14 +222,16 @@ class Bench:
     def run(self) -> dict[str, Any]:
         began = time.monotonic()
         ensure_scripts(self.ours.store)
-        if self.phases & {"b1", "b2", "b3", "b5", "b7", "b8", "dbos"}:
-            # B3, B5 and B7 run on the first pool only: the others are started for B1/B2.
+        if self.phases & {"b1", "b2", "b3", "b7", "b8", "dbos"}:
+            # B3, B7 and B8 run on the first pool only: the others are started for B1/B2.
             pools = self.sizes.pools
             if not self.phases & {"b1", "b2", "dbos"}:
                 pools = pools[:1]
             with self.dbos or nullcontext():
                 for index, pool in enumerate(pools):
                     self.on_pool(pool, first=index == 0)
+        if "b5" in self.phases:
+            self.b5()
         if "b4" in self.phases:
             log("B4: observe on a 100-call run")
             self.results["b4"] = b4_observe.observe(self.ours, self.sizes.b4_samples)
@@ -241,8 +281,6 @@ class Bench:
                 self.b2(pool, first=first)
             if first and "b3" in self.phases:
                 self.b3()
-            if first and "b5" in self.phases:
-                self.b5(pool)
             if first and "b7" in self.phases:
                 self.b7(pool)
             if first and "b8" in self.phases:
@@ -271,10 +309,15 @@ class Bench:
             server=self.server,
         )
         self.results["b1"][pool.label] = {"pool": pool.name, "concurrency": pool.concurrency, **got}
+        if "bare_spaced_ratio" in got:
+            log(f"{pool.label}: B1 like for like {quoted(got['bare_spaced_ratio'])}")
+        others = "".join(
+            f", {got[f'{name}_ratio']['median']:.2f} ({label})"
+            for name, label in (("defaults", "Celery defaults"), ("bare_one", "one-task peer"))
+            if f"{name}_ratio" in got
+        )
         log(
-            f"{pool.label}: B1 ratio {quoted(got['ratio'])} (fair peer), "
-            f"{got['defaults_ratio']['median']:.2f} (Celery defaults), "
-            f"{got['bare_one_ratio']['median']:.2f} (one-task peer); others kept "
+            f"{pool.label}: B1 ratio {quoted(got['ratio'])} (fair peer){others}; others kept "
             f"{got['others_busy']['median']:.0%} of the cores busy"
         )
 
@@ -307,13 +350,25 @@ class Bench:
         log(f"B3: commands of {calls} calls a side")
         self.results["b3"] = b3_commands.commands(self.args.redis_url, self.ours, self.bare, calls)
 
-    def b5(self, pool: Pool) -> None:
+    def b5(self) -> None:
+        """On workers of its own (``b5_reprocess.WORKERS``), none of the pools' up."""
         runs, per_run = self.sizes.b5_runs, self.sizes.b5_calls_per_run
-        log(f"B5: writing {runs} runs of {per_run} calls")
-        ids, write_s = b5_reprocess.write_runs(self.ours.store, runs, per_run)
-        log(f"B5: reprocessing them on {pool.label}")
-        got = b5_reprocess.reprocess(self.ours.app, ids, per_run, write_s)
-        self.results["b5"] = {"pool": pool.label, **got.as_dict()}
+        workers = f"{b5_reprocess.WORKERS} x {b5_reprocess.POOL.label}"
+        log(f"B5: {runs:,} runs of {per_run} calls, reprocessed on {workers} (projections)")
+        got = b5_reprocess.measure(
+            self.ours.app,
+            self.ours.store,
+            self.settings,
+            runs,
+            per_run,
+            self.sizes.b5_passes,
+            self.args.out / "logs",
+        )
+        self.results["b5"] = got.as_dict()
+        log(
+            f"B5: {got.runs_per_s:,.0f} runs/s of facts from sealed projections, median of "
+            f"{len(got.passes_s)} passes, {workers} ({got.failed} failed lines)"
+        )
         # No later phase needs these records; B4 and B6 measure a store without them.
         self.ours.store.client.flushdb()
         ensure_scripts(self.ours.store)
@@ -325,12 +380,15 @@ class Bench:
         self.results["b8"] = {"pool": pool.label, **got}
         self.ours.store.client.flushdb()
         ensure_scripts(self.ours.store)
-        submit, rate = got["submit"], got["throughput"]
+        submit, latency, rate = got["submit"], got["latency"], got["throughput"]
         log(
             f"B8: turn submit {submit['turn_submit_p50_ms']:.2f} ms vs one call "
             f"{submit['one_submit_p50_ms']:.2f} ms ({submit['ratio']:.2f}x, target <= 2); "
-            f"calls/s as turns over one by one {rate['ratio']:.2f}x "
-            f"(spread {rate['spread'][0]:.2f}-{rate['spread'][1]:.2f}, target >= 1.5)"
+            f"a turn of {latency['size']} calls of a 50 ms tool {latency['turn_p50_ms']:.1f} ms "
+            f"vs one {latency['one_p50_ms']:.1f} ms ({latency['ratio']:.2f}x, target <= "
+            f"{b8_turns.LATENCY_TARGET}); calls/s as turns over one by one {rate['ratio']:.2f}x "
+            f"(spread {rate['spread'][0]:.2f}-{rate['spread'][1]:.2f}), Redis CPU a call in "
+            f"turns / one by one {rate['redis_cpu_ratio'] or float('nan'):.2f}"
         )
 
     def b9(self) -> None:
@@ -409,8 +467,37 @@ def measure(args: argparse.Namespace, sizes: Sizes, command: str) -> dict[str, A
     return document
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.redis_aof is None:
+        return _main(args, argv)
+    # The server's files on the output's disk: an fsync there is a real one.
+    server = RedisServer(
+        args.out.resolve() / "redis-aof",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        args.redis_aof,
+        port=_free_port(),
+        name=f"bench-aof-{args.redis_aof}",
+    )
+    server.start()
+    log(f"redis-server with AOF, appendfsync {args.redis_aof}, on port {server.port}")
+    try:
+        args.redis_url = server.url.removesuffix("/0")
+        return _main(args, argv)
+    finally:
+        server.stop()
+        shutil.rmtree(server.directory, ignore_errors=True)
+
+
+def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     if not reachable(args.redis_url):
         print(f"bench: Redis is not reachable at {args.redis_url}", file=sys.stderr)
         return 2

@@ -166,6 +166,21 @@ class Bare:
         self.wait(self.send(run_id, tool_call_id))
 
 
+class BareSpaced(Bare):
+    """The fair peer with our worker's event spacing (``bench.peers.bare_spaced``): the same
+    chain, app and wait, its worker sending task events as ours does. Ours over it is the
+    boundary's own cost (like for like); ours over ``Bare`` is the shipping default against
+    stock Celery."""
+
+    name: str = "bare_spaced"
+    queues: tuple[str, ...] = bare.SPACED_QUEUES
+    module: str = "bench.peers.bare_spaced"
+
+    def send(self, run_id: str, tool_call_id: str) -> CanonicalKey:
+        bare.send_chain(self.app, run_id, tool_call_id, queues=bare.SPACED_QUEUES)
+        return CanonicalKey(run_id=run_id, tool_call_id=tool_call_id)
+
+
 class BareOne(Bare):
     """The fair peer of a call projected in line (our default): the same call as one task
     (``bench.peers.bare.execute_one``) on our Celery settings, waited on as ours is."""

@@ -55,6 +55,9 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
         "b1_threads_system_cpu_ratio",
         "b1_threads_inline_ratio",
         "b1_threads_inline_per_s",
+        # Like for like: the fair peer with our worker's event spacing
+        "b1_threads_bare_spaced_ratio",
+        "b1_threads_bare_spaced_per_s",
         "b2_ping_p50_ms",
         "b2_submit_p50_ms",
         "b2_apply_async_p50_ms",
@@ -64,6 +67,7 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
         "b2_submit_over_apply_async_p99",
         "b2_call_over_bare_call_p50",
         "b2_call_over_defaults_call_p50",
+        "b2_call_over_bare_spaced_call_p50",
         "b3_store_commands_per_call",
         "b3_store_lua_commands_per_call",
         "b3_caller_store_round_trips_per_call",
@@ -93,7 +97,7 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
     # for every side (the ablation's worker included)
     results = document["results"]
     b1 = next(iter(results["b1"].values()))
-    for side in ("ours", "bare", "defaults", "inline"):
+    for side in ("ours", "bare", "defaults", "inline", "bare_spaced"):
         for sample in b1[side]:
             assert positive(sample["redis_cpu_ms"]), (side, sample)
             assert positive(sample["worker_switches"]), (side, sample)
@@ -108,6 +112,10 @@ def test_quick_benchmark_reports_every_figure_with_sane_types(tmp_path: Path) ->
     assert 1 <= figures["b4_round_trips"] <= 10
     assert results["b5"]["failed"] == 0
     assert results["b5"]["facts"] == results["b5"]["runs"] * results["b5"]["calls_per_run"]
+    # B5 says the reprocessing workers it ran on beside its figure
+    assert figures["b5_workers"] == "2 x threads c=4"
+    # And the run says the Redis persistence it ran with
+    assert set(document["meta"]["persistence"]) == {"appendonly", "appendfsync", "save"}
     scale = results["b6_scale"]
     assert scale["reaper_found"] == scale["pending_calls"]
     assert scale["run_ids_found"] == scale["runs"] + scale["pending_calls"] // 10

@@ -148,3 +148,39 @@ def test_the_b7_figures_and_targets_come_from_the_stall_levels() -> None:
     # And the targets are judged: 33 ms is not under 20, 2 runs are not 10 of 10
     assert rows["b7_200_tick_lateness_max_ms"]["met"] is False
     assert rows["b7_60_runs_under_50_ms"]["met"] is False
+
+
+def test_the_current_table_says_the_persistence_each_set_ran_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given two sets, one on an append-only file fsynced every second, one from before the
+    # bench read the server's persistence
+    from bench.reports import current
+
+    def run(path: str, persistence: dict[str, str] | None) -> readme.Run:
+        meta: dict[str, object] = {"command": "python -m bench", "commit": "abc1234"}
+        if persistence is not None:
+            meta["persistence"] = persistence
+        return readme.Run(path, {"meta": meta, "figures": {"b1_threads_ratio": 1.0}})
+
+    aof = {"appendonly": "yes", "appendfsync": "everysec", "save": ""}
+    monkeypatch.setattr(
+        current,
+        "ROWS",
+        (
+            ("B1 on AOF", "aof", "run", current.figure("b1_threads_ratio"), ">=", 0.95),
+            ("B1 before", "old", "run", current.figure("b1_threads_ratio"), ">=", 0.95),
+        ),
+    )
+
+    # When the current table is rendered
+    table = current.current_table(
+        [run("results/aof/run1.json", aof), run("results/old/run1.json", None)]
+    )
+
+    # Then each row says its set's persistence
+    assert "| `aof` | AOF everysec | abc1234 |" in table
+    assert "| `old` | not recorded | abc1234 |" in table
+    # And the labels cover a server without persistence and one with snapshots
+    assert current.persistence_label({"appendonly": "no", "save": ""}) == "none"
+    assert current.persistence_label({"appendonly": "no", "save": "3600 1"}) == "RDB snapshots"
