@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -31,8 +32,8 @@ from bench.rig.workers import await_log, settings_env, start_process, stop_group
 from boundary import __version__
 from tests.conftest import SUBPROCESS_BROKER_DB, celery_test_settings, flush_db, redis_url
 
-# One xdist worker runs them all: the module's one build writes the tree's build/ and
-# egg-info, which two workers building at once would both write (a build then failed).
+# One xdist worker runs them all, so the module's one build runs once. It builds from a copy of
+# the tracked files: building in the tree, while other tests wrote there, failed now and then.
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.wheel,
@@ -49,16 +50,38 @@ def run(command: list[str], *, cwd: Path, env: dict[str, str] | None = None, tim
     done = subprocess.run(
         command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
-    assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-3000:])
+    if done.returncode != 0:
+        # (pytest.fail: an assertion's message would be cut to a few lines)
+        pytest.fail(
+            f"{command} exited {done.returncode}\nstdout:\n{done.stdout[-2000:]}\n"
+            f"stderr:\n{done.stderr[-3000:]}"
+        )
     return done
+
+
+def checkout(into: Path) -> Path:
+    """The tree's tracked files (as they are in the working tree) copied into ``into``: what a
+    user builds from, apart from what other tests write in the tree while this one builds."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, (raw.decode() for raw in listed)):
+        source = ROOT / name
+        if source.is_file():
+            target = into / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return into
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel ``python -m build`` makes from the sdist it makes first."""
     out = tmp_path_factory.mktemp("dist")
+    source = checkout(tmp_path_factory.mktemp("source"))
     run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)], cwd=ROOT
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)],
+        cwd=source,
     )
     assert len(list(out.glob("tool_boundary-*.tar.gz"))) == 1
     (found,) = out.glob("tool_boundary-*.whl")
