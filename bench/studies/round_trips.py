@@ -46,7 +46,7 @@ from bench.suite.config import DEFAULT_REDIS_URL, bench_settings, parse_pools
 from bench.suite.lock import exclusive
 from bench.suite.meta import commit, load
 from bench.suite.run import flush_own_dbs
-from bench.suite.sides import Bare, BareOne, Ours, Side, call_ids
+from bench.suite.sides import CALL_TIMEOUT_S, Bare, BareOne, Ours, Side, call_ids
 from tasks.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,6 +183,16 @@ def _signature(commands: list[str]) -> str:
     return "+".join(commands)
 
 
+def _settled(side: Side) -> None:
+    """Waits until the task-sent events ``side`` publishes behind its sends (ours: off the
+    caller's path, from a thread of their own) are out: they are the call's round trips,
+    and on a busy machine that thread may publish after the call's outcome."""
+    dispatcher = getattr(getattr(side, "boundary", None), "dispatcher", None)
+    sent_events = getattr(dispatcher, "sent_events", None)
+    if sent_events is not None:
+        sent_events.flush(CALL_TIMEOUT_S)
+
+
 def count(rig: Rig, side_name: str, calls: int) -> dict[str, Any]:
     """Round trips per call on each leg of ``side_name``, one call at a time."""
     side = rig.sides[side_name]
@@ -194,6 +204,7 @@ def count(rig: Rig, side_name: str, calls: int) -> dict[str, Any]:
     for run_id, call_id in call_ids(f"rt{side_name}", calls):
         began = time.monotonic()
         side.invoke(run_id, call_id)
+        _settled(side)
         ended = time.monotonic()
         windows.append((began, ended))
         time.sleep(AFTER_S)
