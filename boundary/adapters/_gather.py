@@ -119,7 +119,7 @@ def gathered_call_sync(
     call: Call,
     expected: frozenset[str],
     *,
-    window_s: float = SYNC_WINDOW_S,
+    window_s: float | None = None,
     timeout: float | None = None,
 ) -> ToolOutcome:
     """The call's outcome, the call made with the others of its model turn that reach
@@ -127,9 +127,9 @@ def gathered_call_sync(
     on a thread pool), as ONE turn (``RunBoundary.call_many``).
 
     ``expected``: the ids the model's turn lists for this handle. The first call waits until
-    they all joined, at most ``window_s``; only calls that did join are sent (none is made
-    for a thread that has not asked), and one that comes later starts the next turn. A
-    turn of one call (``expected`` is only it) goes at once."""
+    they all joined, at most ``window_s`` (``SYNC_WINDOW_S`` when None); only calls that did
+    join are sent (none is made for a thread that has not asked), and one that comes later
+    starts the next turn. A turn of one call (``expected`` is only it) goes at once."""
     with _sync_lock:
         turn = _sync_open.get(handle)
         first = turn is None or turn.closed or call.tool_call_id in turn.ids()
@@ -142,7 +142,7 @@ def gathered_call_sync(
         if turn.expected <= turn.ids():
             turn.full.set()
     if first:
-        _send_sync(handle, turn, window_s, timeout)
+        _send_sync(handle, turn, SYNC_WINDOW_S if window_s is None else window_s, timeout)
     else:
         turn.done.wait()
     if turn.error is not None:

@@ -17,6 +17,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
 from boundary import RunBoundary
+from boundary.adapters import _gather
 from boundary.adapters.agents import agent_tools
 from boundary.adapters.langchain import tool_node
 from tests.adapters.test_agents_sdk import ScriptedModel, function_call, offline  # noqa: F401
@@ -139,9 +140,12 @@ def _answers(state: dict[str, Any]) -> dict[str, ToolMessage]:
 
 
 def test_a_langgraph_sync_tool_node_turn_is_created_in_one_script(
-    handle: RunBoundary, creates: Creates
+    handle: RunBoundary, creates: Creates, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a model whose one turn asks for three tool calls at once
+    # Given a model whose one turn asks for three tool calls at once, and a first call that
+    # waits for the others as long as a busy machine may take to start their threads (the
+    # 5 ms default can pass before the pool starts the second one; the turn then splits)
+    monkeypatch.setattr(_gather, "SYNC_WINDOW_S", 30.0)
     model = _three_calls("call_ls")
 
     # When a sync graph runs them through the adapter's ToolNode (its thread pool)
