@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.peers.tools import SLEEP
-from bench.suite.cpu import group_cpu_s, own_cpu_s, server_cpu_s
+from bench.suite.cpu import own_cpu_s, server_cpu_s, workers_cpu_s
 from bench.suite.sides import ARGUMENTS, CALL_TIMEOUT_S, NOOP, Ours
 from boundary import RunContext, ToolCallEnvelope, ToolOutcome
 
@@ -99,11 +99,11 @@ def submit_times(ours: Ours, size: int, samples: int) -> dict[str, Any]:
 
 
 def turn_latency(
-    ours: Ours, size: int, samples: int, worker_pgid: int | None = None
+    ours: Ours, size: int, samples: int, worker_pgids: tuple[int, ...] = ()
 ) -> dict[str, Any]:
     """p50 of a turn of ``size`` calls of the 50 ms tool (``invoke_many``, until every
     outcome is in) and of one such call (``invoke``), alternating; with the CPU each took
-    the worker (process group ``worker_pgid``) and this client, means in ms (``/proc`` counts
+    the workers (process groups ``worker_pgids``) and this client, means in ms (``/proc`` counts
     CPU in ticks of 10 ms: a mean over the samples, not a median): what a turn adds to one
     call's time when the calls share the worker's cores."""
     took: dict[str, list[float]] = {"turn": [], "one": []}
@@ -112,7 +112,7 @@ def turn_latency(
     for n in range(samples):
         for which in ("turn", "one") if n % 2 == 0 else ("one", "turn"):
             envelopes, run = _turn(ours, size if which == "turn" else 1, SLEEP)
-            worker_before = None if worker_pgid is None else group_cpu_s(worker_pgid)
+            worker_before = workers_cpu_s(worker_pgids)
             client_before = own_cpu_s()
             began = time.perf_counter()
             if which == "turn":
@@ -121,7 +121,7 @@ def turn_latency(
                 _check([ours.boundary.invoke(envelopes[0], run, timeout=CALL_TIMEOUT_S)])
             took[which].append((time.perf_counter() - began) * 1000)
             client[which].append((own_cpu_s() - client_before) * 1000)
-            worker_after = None if worker_pgid is None else group_cpu_s(worker_pgid)
+            worker_after = workers_cpu_s(worker_pgids)
             if worker_before is not None and worker_after is not None:
                 worker[which].append((worker_after - worker_before) * 1000)
     turn_p50, one_p50 = statistics.median(took["turn"]), statistics.median(took["one"])
@@ -158,10 +158,10 @@ def _one_by_one(ours: Ours, size: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Where:
-    """Whose CPU a throughput sample also measures: the worker's process group and the
-    Redis server (``None``: not measured)."""
+    """Whose CPU a throughput sample also measures: the workers' process groups and the
+    Redis server (none, ``None``: not measured)."""
 
-    worker_pgid: int | None = None
+    worker_pgids: tuple[int, ...] = ()
     server: Any = None
 
 
@@ -181,8 +181,8 @@ def _rate(
             agent(ours, size)
 
     calls = agents * turns * size
-    pgid, server = where.worker_pgid, where.server
-    worker_before = None if pgid is None else group_cpu_s(pgid)
+    pgids, server = where.worker_pgids, where.server
+    worker_before = workers_cpu_s(pgids)
     server_before = None if server is None else server_cpu_s(server)
     client_before = own_cpu_s()
     began = time.perf_counter()
@@ -190,7 +190,7 @@ def _rate(
         list(pool.map(one_agent, range(agents)))
     seconds = time.perf_counter() - began
     client_after = own_cpu_s()
-    worker_after = None if pgid is None else group_cpu_s(pgid)
+    worker_after = workers_cpu_s(pgids)
     server_after = None if server is None else server_cpu_s(server)
     cpu = {
         "client_ms": _per_call(client_before, client_after, calls),
@@ -259,15 +259,15 @@ def measure(
     agents: int,
     turns: int,
     repetitions: int,
-    worker_pgid: int | None = None,
+    worker_pgids: tuple[int, ...] = (),
     server: Any = None,
 ) -> dict[str, Any]:
     """B8's figures: submit time and throughput of turns against one by one (with the CPU
-    per call of the worker in process group ``worker_pgid`` and of ``server`` when given)."""
+    per call of the workers in process groups ``worker_pgids`` and of ``server`` when given)."""
     return {
         "submit": submit_times(ours, size, samples),
-        "latency": turn_latency(ours, size, samples, worker_pgid),
+        "latency": turn_latency(ours, size, samples, worker_pgids),
         "throughput": throughput(
-            ours, size, agents, turns, repetitions, _Where(worker_pgid, server)
+            ours, size, agents, turns, repetitions, _Where(worker_pgids, server)
         ),
     }

@@ -44,6 +44,15 @@ def group_cpu_s(pgid: int) -> float | None:
     return total / _TICKS
 
 
+def workers_cpu_s(pgids: tuple[int, ...]) -> float | None:
+    """``group_cpu_s`` summed over the process groups ``pgids`` (``None``: none given, or
+    ``/proc`` is not there)."""
+    found = [group_cpu_s(pgid) for pgid in pgids]
+    if not found or any(cpu is None for cpu in found):
+        return None
+    return sum(cpu for cpu in found if cpu is not None)
+
+
 def group_switches(pgid: int) -> int | None:
     """Context switches (voluntary and not) of every thread of every live process in process
     group ``pgid``: each time a thread slept on a socket, a lock or the GIL and was woken,

@@ -124,6 +124,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--calls", type=int, help="B1 calls a side per repetition")
     parser.add_argument("--repetitions", type=int, help="B1 repetitions per pool")
     parser.add_argument("--b5-runs", type=int, help="B5 runs to reprocess")
+    parser.add_argument(
+        "--b8-processes",
+        type=int,
+        default=1,
+        help="B8's worker processes of ours, each of the first pool (default 1; the docs "
+        "recommend one a core)",
+    )
     parser.add_argument("--b6-records", type=int, help="B6 at scale: sealed records written")
     parser.add_argument(
         "--b7-runs",
@@ -252,10 +259,10 @@ class Bench:
         self.results["seconds"] = time.monotonic() - began
         return self.results
 
-    def _worker(self, side: Side, pool: Pool) -> WorkerProcess:
+    def _worker(self, side: Side, pool: Pool, name: str | None = None) -> WorkerProcess:
         return WorkerProcess(
             module=side.module,
-            name=side.name,
+            name=name or side.name,
             app=side.app,
             settings=self.settings,
             pool=pool,
@@ -284,7 +291,7 @@ class Bench:
             if first and "b7" in self.phases:
                 self.b7(pool)
             if first and "b8" in self.phases:
-                self.b8(pool, pgids[self.ours.name])
+                self.b8(pool, started[0])
             if self.dbos is not None:
                 self.dbos_peers(self.dbos, pool, pgids[self.ours.name])
 
@@ -373,11 +380,20 @@ class Bench:
         self.ours.store.client.flushdb()
         ensure_scripts(self.ours.store)
 
-    def b8(self, pool: Pool, ours_pgid: int) -> None:
+    def b8(self, pool: Pool, ours: WorkerProcess) -> None:
         sizes = b8_turns.QUICK if self.args.quick else b8_turns.FULL
-        log(f"B8: turns of {sizes['size']} calls against one by one, {pool.label}")
-        got = b8_turns.measure(self.ours, **sizes, worker_pgid=ours_pgid, server=self.server)
-        self.results["b8"] = {"pool": pool.label, **got}
+        processes = self.args.b8_processes
+        label = pool.label if processes == 1 else f"{processes} processes x {pool.label}"
+        log(f"B8: turns of {sizes['size']} calls against one by one, {label}")
+        # The other processes of ours, for this phase only (the first is the pools' own).
+        more = [
+            partial(self._worker, self.ours, pool, f"{self.ours.name}-b8-{n}")
+            for n in range(2, processes + 1)
+        ]
+        with running(*more) as others:
+            pgids = (ours.pgid, *(process.pgid for process in others))
+            got = b8_turns.measure(self.ours, **sizes, worker_pgids=pgids, server=self.server)
+        self.results["b8"] = {"pool": pool.label, "processes": processes, **got}
         self.ours.store.client.flushdb()
         ensure_scripts(self.ours.store)
         submit, latency, rate = got["submit"], got["latency"], got["throughput"]

@@ -51,6 +51,7 @@ from boundary.store.codec import (
     seal_reply,
 )
 from boundary.store.flow_hooks import FlowHooks
+from boundary.store.packing import fast_packing
 from boundary.store.redis_attempts import RedisAttempts
 from boundary.store.redis_facts import server_facts
 from boundary.store.redis_flow import RedisFlow
@@ -105,6 +106,8 @@ def _sentinel_client(url: str, options: dict[str, Any]) -> redis.Redis:
         **tls,
         **options,
     )
+    pool = client.connection_pool
+    pool.connection_class = fast_packing(pool.connection_class)
     return client
 
 
@@ -211,6 +214,7 @@ class RedisCanonicalStore(RedisAttempts, RedisPending, RedisProgress, CanonicalS
         client_options.setdefault("timeout", client_options["socket_timeout"])
         client_options["decode_responses"] = True
         pool = redis.BlockingConnectionPool.from_url(url, **client_options)
+        pool.connection_class = fast_packing(pool.connection_class)
         return cls(
             client=redis.Redis(connection_pool=pool),
             ttl_s=ttl_s,
