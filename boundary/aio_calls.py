@@ -33,7 +33,7 @@ from boundary.call_steps import (
 )
 from boundary.dispatch import adispatch_call
 from boundary.door import Door
-from boundary.errors import ErrorCode, StoreError, StoreUnavailable
+from boundary.errors import ErrorCode, StoreError, StoreUnavailable, failure_name
 from boundary.flow import Flow
 from boundary.models import (
     CallProgress,
@@ -116,9 +116,13 @@ class AsyncCalls:
             return refused
         try:
             await self._dispatch(key, prepared.queue)
-        except Exception:
+        except Exception as exc:
             # As in ``submit``: the call will never run; the exception's text is dropped.
-            logger.warning("dispatch of %s failed; sealing DISPATCH_FAILED", key.identity)
+            logger.warning(
+                "dispatch of %s failed (%s); sealing DISPATCH_FAILED",
+                key.identity,
+                failure_name(exc),
+            )
             return await _seal_dispatch_failed(store, key)
         return Submission(key=key, accepted=True)
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from boundary import telemetry
+from boundary.errors import failure_name
 from boundary.models import CanonicalKey, ToolOutcome
 from boundary.registry import DEFAULT_QUEUE, ToolRegistry
 from boundary.steps import AttemptSender, AttemptTerms, ExecuteResult, execute_step, project_step
@@ -70,7 +71,9 @@ def dispatch_many(dispatcher: Dispatcher, calls: Sequence[tuple[CanonicalKey, st
     if isinstance(dispatcher, BatchDispatcher):
         try:
             dispatcher.dispatch_many(calls)
-        except Exception:
+        except Exception as exc:
+            # Only the error's type: its text may name the broker's URL.
+            logger.warning("a batch of %d calls was not sent (%s)", len(calls), failure_name(exc))
             return [False] * len(calls)
         return [True] * len(calls)
     sent: list[bool] = []

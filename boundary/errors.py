@@ -175,9 +175,27 @@ class StoreUnavailable(StoreError):
 
 
 class DispatchError(BoundaryError):
-    """A call could not be handed to the execution backend."""
+    """A call could not be handed to the execution backend.
+
+    Attributes:
+        cause: the type name of what failed underneath (``"PublishUnconfirmed"``,
+            ``"OperationalError"``...), for the log; never its text, which may name the
+            broker's URL. ``None``: not known.
+    """
 
     code = ErrorCode.DISPATCH_FAILED
+
+    def __init__(self, cause: str | None = None) -> None:
+        super().__init__()
+        self.cause = cause
+
+
+def failure_name(error: BaseException) -> str:
+    """What a log may say of ``error``: its type's name, or for a ``DispatchError`` that
+    knows it, the type name of what failed underneath (never an exception's text)."""
+    if isinstance(error, DispatchError) and error.cause:
+        return f"{type(error).__name__}: {error.cause}"
+    return type(error).__name__
 
 
 class ToolTimeout(BoundaryError):

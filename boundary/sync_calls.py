@@ -23,7 +23,7 @@ from boundary.call_steps import (
 )
 from boundary.dispatch import Revoker, dispatch_call
 from boundary.door import CallTerms
-from boundary.errors import ErrorCode, StoreError
+from boundary.errors import ErrorCode, StoreError, failure_name
 from boundary.flow import Flow
 from boundary.models import (
     CanonicalKey,
@@ -104,11 +104,13 @@ def submit(
         return Submission(key=key, accepted=True)
     try:
         dispatch_call(terms.dispatcher, key, prepared.queue)
-    except Exception:
+    except Exception as exc:
         # Broker down, or anything else: the call will never run, so it must not stay
         # PROJECTING (the seal gives a limited call's slot up). The exception's text is
-        # dropped (it may hold a broker URL).
-        logger.warning("dispatch of %s failed; sealing DISPATCH_FAILED", key.identity)
+        # dropped (it may hold a broker URL): only its type is logged.
+        logger.warning(
+            "dispatch of %s failed (%s); sealing DISPATCH_FAILED", key.identity, failure_name(exc)
+        )
         return seal_dispatch_failed(terms, key)
     return Submission(key=key, accepted=True)
 

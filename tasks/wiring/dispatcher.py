@@ -144,8 +144,8 @@ class CeleryDispatcher:
                 publish_turn(producer, held, calls, send)
         except DispatchError:
             raise
-        except Exception:
-            raise DispatchError() from None
+        except Exception as exc:
+            raise DispatchError(type(exc).__name__) from None
         held.hand_to(self.sent_events)
 
     async def asend_attempt(self, key: CanonicalKey, *, attempt: int, queue: str) -> None:
@@ -217,9 +217,9 @@ class CeleryDispatcher:
                     producer=held,
                     declare=_declare(held, queue),
                 )
-        except Exception:
-            # kombu's errors name the broker URL: none of it goes further.
-            raise DispatchError() from None
+        except Exception as exc:
+            # kombu's errors name the broker URL: only the error's type goes further.
+            raise DispatchError(type(exc).__name__) from None
 
     def schedule_wake(self, tool: str, delay_s: float) -> None:
         """Sends the task that hands the tool's free slots to its line in ``delay_s`` (the
@@ -234,8 +234,8 @@ class CeleryDispatcher:
                 argsrepr=repr((tool,)),
                 ignore_result=True,
             )
-        except Exception:
-            raise DispatchError() from None
+        except Exception as exc:
+            raise DispatchError(type(exc).__name__) from None
 
     def revoke(self, key: CanonicalKey) -> None:
         """Revokes both steps of a cancelled call: a worker drops them unstarted. A step that
@@ -243,8 +243,8 @@ class CeleryDispatcher:
         is sealed, so its return changes nothing)."""
         try:
             self.publisher.control.revoke([key.task_id("execute"), key.task_id("project")])
-        except Exception:
-            raise DispatchError() from None
+        except Exception as exc:
+            raise DispatchError(type(exc).__name__) from None
 
     def wait(self, key: CanonicalKey, timeout: float | None) -> bool:
         """True when the call's project step ended within ``timeout`` seconds (its record

@@ -25,7 +25,7 @@ from boundary import (
     ToolOutcome,
     ToolTimeout,
 )
-from boundary.errors import ERROR_MESSAGES, PREFLIGHT_CODES, SEAL_CODES
+from boundary.errors import ERROR_MESSAGES, PREFLIGHT_CODES, SEAL_CODES, failure_name
 from boundary.models import READY_EVIDENCE, TERMINAL_STATUSES, is_safe_id
 from boundary.store import keys
 from tests.support.helpers import LEAKS
@@ -258,3 +258,14 @@ def test_exceptions_share_one_root_and_say_only_their_code(
     assert isinstance(error, BoundaryError)
     assert error.code is code
     assert str(error) == code.value
+
+
+def test_a_dispatch_error_names_what_failed_under_it_by_type_only() -> None:
+    # Given a dispatch that failed under a broker error whose text names the broker
+    error = DispatchError("OperationalError")
+    # Then its code and message are the code alone, and the log names both types
+    assert str(error) == "DISPATCH_FAILED" and error.code is ErrorCode.DISPATCH_FAILED
+    assert failure_name(error) == "DispatchError: OperationalError"
+    # And any other error is named by its type, never its text
+    assert failure_name(DispatchError()) == "DispatchError"
+    assert failure_name(ValueError("redis://:secret@host")) == "ValueError"
