@@ -10,6 +10,9 @@ keep it), once run on the calling thread under the watchdog (as the threads pool
 ``bench.peers.inline``, runs them), interleaved round by round. Per call: the process's CPU (all
 threads) and wall time, medians over the rounds. The store's three round trips are included;
 the Redis server's own time is not.
+
+``--packing``: the calling-thread side only, with the store's command packer
+(``boundary.store.packing``) and with redis-py's own, interleaved round by round.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 from unittest import mock
+
+import redis
 
 import boundary.steps.execute
 import boundary.steps.project
@@ -140,6 +145,35 @@ def measure(store_url: str, calls: int = CALLS, rounds: int = ROUNDS) -> dict[st
     return out
 
 
+def compare_packing(store_url: str, calls: int = CALLS, rounds: int = ROUNDS) -> dict[str, Any]:
+    """The inline side's CPU a call with the store's packer (``boundary.store.packing``) and
+    with redis-py's own, ``rounds`` rounds each, alternating which goes first."""
+    stores = {
+        "hiredis": RedisCanonicalStore.from_url(store_url, ttl_s=600),
+        # A client redis-py made on its own: its connections pack as redis-py does.
+        "redis_py": RedisCanonicalStore(
+            client=redis.Redis.from_url(store_url, decode_responses=True), ttl_s=600
+        ),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in stores}
+    try:
+        for store in stores.values():
+            _round(store, min(calls, 100), "inline")  # warm-up: connections
+        for n in range(rounds):
+            order = list(stores) if n % 2 == 0 else list(reversed(stores))
+            for name in order:
+                samples[name].append(_round(stores[name], calls, "inline")[0])
+    finally:
+        for store in stores.values():
+            store.client.close()
+    out: dict[str, Any] = {"calls": calls, "rounds": rounds}
+    for name, values in samples.items():
+        out[f"{name}_cpu_ms"] = statistics.median(values)
+        out[f"{name}_rounds_cpu_ms"] = values
+    out["saved_cpu_ms"] = out["redis_py_cpu_ms"] - out["hiredis_cpu_ms"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.studies.steps", description=__doc__)
     parser.add_argument(
@@ -152,10 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lock-wait", type=float, default=600.0, help="seconds to wait for another benchmark"
     )
+    parser.add_argument(
+        "--packing",
+        action="store_true",
+        help="instead: the steps run on this thread with the store's command packer and with "
+        "redis-py's own, interleaved (boundary.store.packing)",
+    )
     args = parser.parse_args(argv)
     with exclusive(args.redis_url, args.lock_wait):
         store_url = db_url(args.redis_url, STORE_DB)
-        print(json.dumps(measure(store_url, args.calls, args.rounds), indent=2))
+        run = compare_packing if args.packing else measure
+        print(json.dumps(run(store_url, args.calls, args.rounds), indent=2))
     return 0
 
 
