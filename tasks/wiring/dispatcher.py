@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from celery import Celery
@@ -19,6 +19,19 @@ from tasks.wiring.publisher import publisher_app
 from tasks.wiring.results import RecordResults
 from tasks.wiring.sent_events import HeldEvents, SentEvents
 from tasks.wiring.turn_messages import publish_turn
+
+
+@contextlib.contextmanager
+def _dispatch_failures() -> Iterator[None]:
+    """Turns what a send to the broker raised into ``DispatchError``, naming only the
+    error's type (kombu's errors name the broker URL); a ``DispatchError`` passes as is."""
+    try:
+        yield
+    except DispatchError:
+        raise
+    except Exception as exc:
+        raise DispatchError(type(exc).__name__) from None
+
 
 #: Longest step between two looks at a result on a backend that does not push results.
 POLL_S = 0.05
@@ -139,13 +152,12 @@ class CeleryDispatcher:
 
         # The turn's task-sent events go once its messages are written (``HeldEvents``).
         held = HeldEvents()
-        try:
-            with self.publisher.producer_or_acquire() as producer, producer.batch():
-                publish_turn(producer, held, calls, send)
-        except DispatchError:
-            raise
-        except Exception as exc:
-            raise DispatchError(type(exc).__name__) from None
+        with (
+            _dispatch_failures(),
+            self.publisher.producer_or_acquire() as producer,
+            producer.batch(),
+        ):
+            publish_turn(producer, held, calls, send)
         held.hand_to(self.sent_events)
 
     async def asend_attempt(self, key: CanonicalKey, *, attempt: int, queue: str) -> None:
@@ -192,40 +204,36 @@ class CeleryDispatcher:
         }
         # The execute task as ``app`` knows it: its time limits go into each message.
         execute = self.app.tasks.get(EXECUTE)
-        try:
-            with self.publisher.producer_or_acquire(producer) as held:
-                self.publisher.send_task(
-                    EXECUTE,
-                    args=ids,
-                    kwargs=kwargs,
-                    task_id=execute_id,
-                    root_id=execute_id,
-                    queue=queue,
-                    countdown=countdown_s or None,
-                    # The waiting app's id and task options (time limits), as the canvas
-                    # would set them: the publisher only sends.
-                    reply_to=reply_to,
-                    time_limit=getattr(execute, "time_limit", None),
-                    soft_time_limit=getattr(execute, "soft_time_limit", None),
-                    argsrepr=argsrepr,
-                    kwargsrepr=repr(kwargs),
-                    # The execute task's own option: its result is never stored nor awaited.
-                    ignore_result=True,
-                    chain=[project],
-                    headers=headers or None,
-                    event_dispatcher=self.sent_events if events is None else events,
-                    producer=held,
-                    declare=_declare(held, queue),
-                )
-        except Exception as exc:
-            # kombu's errors name the broker URL: only the error's type goes further.
-            raise DispatchError(type(exc).__name__) from None
+        with _dispatch_failures(), self.publisher.producer_or_acquire(producer) as held:
+            self.publisher.send_task(
+                EXECUTE,
+                args=ids,
+                kwargs=kwargs,
+                task_id=execute_id,
+                root_id=execute_id,
+                queue=queue,
+                countdown=countdown_s or None,
+                # The waiting app's id and task options (time limits), as the canvas
+                # would set them: the publisher only sends.
+                reply_to=reply_to,
+                time_limit=getattr(execute, "time_limit", None),
+                soft_time_limit=getattr(execute, "soft_time_limit", None),
+                argsrepr=argsrepr,
+                kwargsrepr=repr(kwargs),
+                # The execute task's own option: its result is never stored nor awaited.
+                ignore_result=True,
+                chain=[project],
+                headers=headers or None,
+                event_dispatcher=self.sent_events if events is None else events,
+                producer=held,
+                declare=_declare(held, queue),
+            )
 
     def schedule_wake(self, tool: str, delay_s: float) -> None:
         """Sends the task that hands the tool's free slots to its line in ``delay_s`` (the
         rate limit's next opening; ``boundary.flow.WakeScheduler``). Its one argument is the
         tool's name, which Flower may show."""
-        try:
+        with _dispatch_failures():
             self.publisher.send_task(
                 FLOW_WAKE,
                 args=(tool,),
@@ -234,17 +242,13 @@ class CeleryDispatcher:
                 argsrepr=repr((tool,)),
                 ignore_result=True,
             )
-        except Exception as exc:
-            raise DispatchError(type(exc).__name__) from None
 
     def revoke(self, key: CanonicalKey) -> None:
         """Revokes both steps of a cancelled call: a worker drops them unstarted. A step that
         already runs is not terminated: its tool stops at its next ``heartbeat()`` (the record
         is sealed, so its return changes nothing)."""
-        try:
+        with _dispatch_failures():
             self.publisher.control.revoke([key.task_id("execute"), key.task_id("project")])
-        except Exception as exc:
-            raise DispatchError(type(exc).__name__) from None
 
     def wait(self, key: CanonicalKey, timeout: float | None) -> bool:
         """True when the call's project step ended within ``timeout`` seconds (its record
