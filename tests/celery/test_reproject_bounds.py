@@ -25,6 +25,7 @@ from tests.celery.test_reproject_jobs import (
     write_runs,
 )
 from tests.celery.workers import celery_process
+from tests.support.helpers import wait_until
 from tests.support.reprojection_tools import SECRET
 
 #: The byte bound the worker runs with (the setting's floor is 16 KiB).
@@ -88,8 +89,13 @@ def test_a_job_keeps_no_more_than_the_byte_bound_and_warns_once_per_failure_kind
     assert 0 < job["report_bytes"] <= CAP
 
     # And the worker logged one WARNING for the job's one kind of failure, with its count
-    logged = capped_worker.read_text(errors="replace").splitlines()
-    warned = [line for line in logged if "job capped: projector of tool lookup failed" in line]
+    # (logged by the worker just after its checkpoint marked the job done: waited for)
+    def warned_lines() -> tuple[list[str], list[str]] | None:
+        logged = capped_worker.read_text(errors="replace").splitlines()
+        found = [line for line in logged if "job capped: projector of tool lookup failed" in line]
+        return (logged, found) if found else None
+
+    logged, warned = wait_until(warned_lines, "the job's failure warning", 30.0)
     assert len(warned) == 1, warned
     assert f"failed on {failed} record(s): PROJECTION_FAILED, RuntimeError raised at" in warned[0]
     assert "reprojection_tools.py" in warned[0] and "in _project" in warned[0]
